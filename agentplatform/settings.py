@@ -1,0 +1,248 @@
+"""Settings, read from the environment.
+
+With nothing set, agentplatform runs embedded: SQLite in ``var/`` and a Celery
+transport that needs no server (kombu's filesystem transport). With
+``DATABASE_URL=postgres://...`` and ``CELERY_BROKER_URL=redis://...`` (or ``amqp://``)
+it runs in production mode. Every variable is listed in the README.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+
+def _env_value(name: str, cast: Any, default: Any) -> Any:
+    """Read one variable; a value that does not parse fails loudly with its name."""
+    try:
+        return env.get_value(name, cast=cast, default=default)
+    except (ValueError, TypeError) as exc:
+        raise ImproperlyConfigured(f"Invalid value for {name}: {exc}") from exc
+
+
+VAR_DIR = Path(_env_value("AGENTPLATFORM_VAR_DIR", str, str(BASE_DIR / "var")))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+# A well-known value that the production system check refuses.
+DEFAULT_SECRET_KEY = "agentplatform-embedded-insecure-secret-key"  # noqa: S105
+SECRET_KEY = _env_value("SECRET_KEY", str, DEFAULT_SECRET_KEY)
+DEBUG = _env_value("DEBUG", bool, False)
+ALLOWED_HOSTS = _env_value("ALLOWED_HOSTS", list, ["127.0.0.1", "localhost", "testserver"])
+CSRF_TRUSTED_ORIGINS = _env_value("CSRF_TRUSTED_ORIGINS", list, [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "django_celery_results",
+    "django_celery_beat",
+    "runs",
+    "jobs",
+    "webhooks",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "agentplatform.urls"
+WSGI_APPLICATION = "agentplatform.wsgi.application"
+ASGI_APPLICATION = "agentplatform.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------
+
+EMBEDDED_DATABASE_URL = f"sqlite:///{VAR_DIR / 'agentplatform.sqlite3'}"
+DATABASE_URL = _env_value("DATABASE_URL", str, EMBEDDED_DATABASE_URL)
+try:
+    _database = env.db_url_config(DATABASE_URL)
+except Exception as exc:  # django-environ raises several types for a bad URL
+    raise ImproperlyConfigured(f"Invalid value for DATABASE_URL: {exc}") from exc
+
+if _database["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets readers and one writer work at once; the busy timeout makes a second
+    # writer wait instead of failing; IMMEDIATE takes the write lock at BEGIN, so two
+    # transactions never deadlock upgrading a read lock to a write lock.
+    _database["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+elif _database["ENGINE"] == "django.db.backends.postgresql":
+    # Persistent connections: a new PostgreSQL connection costs ~3 ms, which would
+    # dominate short requests and steps.
+    _database["CONN_MAX_AGE"] = _env_value("DATABASE_CONN_MAX_AGE", int, 60)
+    _database["CONN_HEALTH_CHECKS"] = True
+    _database.setdefault("OPTIONS", {})
+    _database["TEST"] = {"NAME": _env_value("DATABASE_TEST_NAME", str, None)}
+else:
+    raise ImproperlyConfigured(
+        "Invalid value for DATABASE_URL: only sqlite:// and postgres:// are supported"
+    )
+DATABASES = {"default": _database}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+IS_POSTGRES = _database["ENGINE"] == "django.db.backends.postgresql"
+
+# --- Celery ---------------------------------------------------------------------------
+
+EMBEDDED_BROKER_URL = "fsatomic://"
+CELERY_BROKER_URL = _env_value("CELERY_BROKER_URL", str, EMBEDDED_BROKER_URL)
+if not CELERY_BROKER_URL.startswith(("fsatomic://", "redis://", "rediss://", "amqp://")):
+    raise ImproperlyConfigured(
+        "Invalid value for CELERY_BROKER_URL: use redis://, rediss://, amqp:// or fsatomic://"
+    )
+EMBEDDED = CELERY_BROKER_URL.startswith("fsatomic://")
+PRODUCTION = IS_POSTGRES and not EMBEDDED
+
+if EMBEDDED:
+    _broker_dir = VAR_DIR / "broker"
+    _broker_dir.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
+        "data_folder_in": str(_broker_dir),
+        "data_folder_out": str(_broker_dir),
+        "store_processed": False,
+        "polling_interval": 0.1,
+    }
+else:
+    # A message unacknowledged this long is redelivered by Redis; the run lease and the
+    # reaper recover crashed steps much sooner, this is only the broker's own net.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+
+CELERY_RESULT_BACKEND = "django-db"
+CELERY_RESULT_EXTENDED = True
+CELERY_RESULT_EXPIRES = 7 * 24 * 3600
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = _env_value("CELERY_TASK_SOFT_TIME_LIMIT", int, 900)
+CELERY_TASK_TIME_LIMIT = _env_value("CELERY_TASK_TIME_LIMIT", int, 960)
+CELERY_TASK_DEFAULT_QUEUE = "agent"
+CELERY_TASK_QUEUES_NAMES = ("agent", "verify", "events", "webhooks")
+CELERY_TASK_CREATE_MISSING_QUEUES = True
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TASK_ROUTES = {
+    "runs.*": {"queue": "agent"},
+    "jobs.*": {"queue": "events"},
+    "webhooks.*": {"queue": "webhooks"},
+}
+
+REDIS_URL = _env_value(
+    "REDIS_URL",
+    str,
+    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else "redis://127.0.0.1:6379/0",
+)
+
+# --- The platform ---------------------------------------------------------------------
+
+# How long a step's lease lasts without a heartbeat; heartbeats renew it every third.
+RUN_LEASE_SECONDS = _env_value("RUN_LEASE_SECONDS", int, 30)
+# How many crash recoveries a run gets before it fails.
+RUN_MAX_RECOVERIES = _env_value("RUN_MAX_RECOVERIES", int, 3)
+# An active run with no lease and no progress for this long lost its wake-up message.
+RUN_STALL_SECONDS = _env_value("RUN_STALL_SECONDS", int, 60)
+SANDBOX_ROOT = Path(_env_value("SANDBOX_ROOT", str, str(VAR_DIR / "sandboxes")))
+COMMAND_TIMEOUT_SECONDS = _env_value("COMMAND_TIMEOUT_SECONDS", int, 300)
+COMMAND_OUTPUT_LIMIT_BYTES = _env_value("COMMAND_OUTPUT_LIMIT_BYTES", int, 256 * 1024)
+APPROVAL_TTL_SECONDS = _env_value("APPROVAL_TTL_SECONDS", int, 7 * 24 * 3600)
+EVENT_SOURCE = _env_value("EVENT_SOURCE", str, "/agentplatform")
+EVENT_STREAM_NAME = _env_value("EVENT_STREAM_NAME", str, "agent.events.v1")
+EVENT_STREAM_MAXLEN = _env_value("EVENT_STREAM_MAXLEN", int, 100_000)
+AGENT_MODEL = _env_value("AGENT_MODEL", str, "scripted")
+TASK_DEFAULT_BUDGET = {
+    "agent_attempts": _env_value("BUDGET_AGENT_ATTEMPTS", int, 3),
+    "model_turns": _env_value("BUDGET_MODEL_TURNS", int, 40),
+    "tool_retries": _env_value("BUDGET_TOOL_RETRIES", int, 10),
+    "wall_clock_seconds": _env_value("BUDGET_WALL_CLOCK_SECONDS", int, 3600),
+    "cost_usd": _env_value("BUDGET_COST_USD", float, 5.0),
+}
+
+# --- Django bits ----------------------------------------------------------------------
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "agentplatform API",
+    "DESCRIPTION": "Submit coding tasks, follow runs, approve and operate the platform.",
+    "VERSION": "1.0.0",
+}
+
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = _env_value("SESSION_COOKIE_SECURE", bool, True)
+    CSRF_COOKIE_SECURE = _env_value("CSRF_COOKIE_SECURE", bool, True)
+
+LOG_LEVEL = _env_value("LOG_LEVEL", str, "INFO")
+LOG_JSON = _env_value("LOG_JSON", bool, PRODUCTION)
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "structured": {
+            "()": "agentplatform.logging.StructuredFormatter",
+            "json": LOG_JSON,
+        },
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "celery": {"level": LOG_LEVEL},
+        # The embedded transport has no host; kombu says so on every connection.
+        "kombu.connection": {"level": "ERROR"},
+    },
+}

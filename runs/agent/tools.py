@@ -1,0 +1,273 @@
+"""The tools a model may call, confined to the run's sandbox and the repository's policy."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from runs.agent.sandbox import PathOutsideSandbox, Sandbox
+
+MAX_READ_BYTES = 64 * 1024
+MAX_SEARCH_HITS = 200
+
+
+@dataclass
+class ToolPolicy:
+    forbidden_paths: list[str] = field(default_factory=list)
+    allowed_commands: list[str] = field(default_factory=list)
+    command_timeout: float = 300
+
+
+@dataclass
+class ToolResult:
+    status: str  # completed | failed | denied | timed_out
+    output: str
+    data: dict[str, Any] = field(default_factory=dict)
+    finished: bool = False
+
+    @property
+    def denied(self) -> bool:
+        return self.status == "denied"
+
+
+class ToolDenied(Exception):
+    """The call breaks the repository's policy; it is refused, not retried."""
+
+
+def path_is_forbidden(path: str, patterns: list[str]) -> str | None:
+    """The first forbidden pattern that matches ``path`` (or one of its parents)."""
+    normalized = path.strip().lstrip("./") if path.startswith("./") else path.strip()
+    name = normalized.rsplit("/", 1)[-1]
+    for pattern in patterns:
+        if pattern.endswith("/**"):
+            prefix = pattern[:-3]
+            if normalized == prefix or normalized.startswith(prefix + "/"):
+                return pattern
+        if fnmatch.fnmatchcase(normalized, pattern) or fnmatch.fnmatchcase(name, pattern):
+            return pattern
+    return None
+
+
+TOOL_SCHEMAS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "list_files",
+            "description": "List files of the repository under a directory.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string", "default": "."}},
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file, optionally a range of 1-based lines.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "start_line": {"type": "integer"},
+                    "end_line": {"type": "integer"},
+                },
+                "required": ["path"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the repository for a regular expression.",
+            "parameters": {
+                "type": "object",
+                "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}},
+                "required": ["pattern"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "replace_text",
+            "description": "Replace an exact text (must occur once unless count is given).",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "old": {"type": "string"},
+                    "new": {"type": "string"},
+                    "count": {"type": "integer"},
+                },
+                "required": ["path", "old", "new"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": "Create or overwrite a file.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "run_command",
+            "description": "Run a command allowed by the repository's policy.",
+            "parameters": {
+                "type": "object",
+                "properties": {"command": {"type": "string"}},
+                "required": ["command"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "finish",
+            "description": "Stop editing; the patch is ready for verification.",
+            "parameters": {
+                "type": "object",
+                "properties": {"summary": {"type": "string"}},
+            },
+        },
+    },
+]
+TOOL_NAMES = frozenset(t["function"]["name"] for t in TOOL_SCHEMAS)
+
+
+class Toolbox:
+    """Executes tool calls against one sandbox under one policy."""
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        policy: ToolPolicy,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> None:
+        self.sandbox = sandbox
+        self.policy = policy
+        self.should_stop = should_stop
+
+    def check(self, name: str, arguments: dict[str, Any]) -> None:
+        """Raise ToolDenied if the call breaks policy; called before the call starts."""
+        if name not in TOOL_NAMES:
+            raise ToolDenied(f"unknown tool {name!r}")
+        if name in {"replace_text", "write_file"}:
+            path = str(arguments.get("path", ""))
+            pattern = path_is_forbidden(path, self.policy.forbidden_paths)
+            if pattern:
+                raise ToolDenied(f"path {path!r} is forbidden by policy ({pattern})")
+        if name in {"replace_text", "write_file", "read_file", "list_files", "search"}:
+            try:
+                self.sandbox.resolve(str(arguments.get("path", ".")))
+            except PathOutsideSandbox as exc:
+                raise ToolDenied(str(exc)) from exc
+        if name == "run_command":
+            command = str(arguments.get("command", ""))
+            try:
+                argv = shlex.split(command)
+            except ValueError as exc:
+                raise ToolDenied(f"command does not parse: {exc}") from exc
+            if not argv:
+                raise ToolDenied("empty command")
+            if argv[0] not in self.policy.allowed_commands:
+                raise ToolDenied(f"command {argv[0]!r} is not in the allowed commands")
+            if any(token in command for token in (";", "&&", "||", "|", "`", "$(", ">")):
+                raise ToolDenied("shell operators are not allowed in commands")
+
+    def execute(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        handler = getattr(self, f"_tool_{name}")
+        try:
+            return handler(**arguments)
+        except TypeError as exc:
+            return ToolResult("failed", f"bad arguments for {name}: {exc}")
+        except (OSError, UnicodeDecodeError, re.error) as exc:
+            return ToolResult("failed", f"{type(exc).__name__}: {exc}")
+
+    # --- the tools --------------------------------------------------------------------
+
+    def _tool_list_files(self, path: str = ".") -> ToolResult:
+        base = self.sandbox.resolve(path)
+        root = self.sandbox.path.resolve()
+        files = sorted(
+            str(p.relative_to(root))
+            for p in base.rglob("*")
+            if p.is_file() and ".git" not in p.relative_to(root).parts
+        )
+        return ToolResult("completed", "\n".join(files[:2000]), {"count": len(files)})
+
+    def _tool_read_file(
+        self, path: str, start_line: int | None = None, end_line: int | None = None
+    ) -> ToolResult:
+        target = self.sandbox.resolve(path)
+        text = target.read_bytes()[:MAX_READ_BYTES].decode("utf-8", errors="replace")
+        lines = text.splitlines()
+        first = max(1, start_line or 1)
+        last = min(len(lines), end_line or len(lines))
+        numbered = "\n".join(f"{n}: {lines[n - 1]}" for n in range(first, last + 1))
+        return ToolResult("completed", numbered, {"lines": len(lines)})
+
+    def _tool_search(self, pattern: str, path: str = ".") -> ToolResult:
+        regex = re.compile(pattern)
+        base = self.sandbox.resolve(path)
+        root = self.sandbox.path.resolve()
+        hits: list[str] = []
+        candidates = [base] if base.is_file() else sorted(base.rglob("*"))
+        for file in candidates:
+            if not file.is_file() or ".git" in file.relative_to(root).parts:
+                continue
+            try:
+                content = file.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError):
+                continue
+            for number, line in enumerate(content.splitlines(), 1):
+                if regex.search(line):
+                    hits.append(f"{file.relative_to(root)}:{number}: {line}")
+                    if len(hits) >= MAX_SEARCH_HITS:
+                        break
+        return ToolResult("completed", "\n".join(hits), {"hits": len(hits)})
+
+    def _tool_replace_text(self, path: str, old: str, new: str, count: int = 0) -> ToolResult:
+        target = self.sandbox.resolve(path)
+        content = target.read_text(encoding="utf-8")
+        found = content.count(old)
+        if found == 0:
+            return ToolResult("failed", f"text not found in {path}")
+        if count == 0 and found > 1:
+            return ToolResult("failed", f"text occurs {found} times in {path}; pass count")
+        target.write_text(content.replace(old, new, count or 1), encoding="utf-8")
+        return ToolResult("completed", f"replaced {count or 1} occurrence(s) in {path}")
+
+    def _tool_write_file(self, path: str, content: str) -> ToolResult:
+        target = self.sandbox.resolve(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+        return ToolResult("completed", f"wrote {len(content)} characters to {path}")
+
+    def _tool_run_command(self, command: str) -> ToolResult:
+        result = self.sandbox.run(
+            shlex.split(command), timeout=self.policy.command_timeout,
+            should_stop=self.should_stop,
+        )
+        status = "timed_out" if result.timed_out else "completed"
+        return ToolResult(
+            status,
+            result.output[-8000:],
+            {"exit_code": result.exit_code, "duration_ms": result.duration_ms},
+        )
+
+    def _tool_finish(self, summary: str = "") -> ToolResult:
+        return ToolResult("completed", summary or "finished", finished=True)

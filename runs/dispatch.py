@@ -1,0 +1,25 @@
+"""Wake-up messages for runs. They carry ids and a step number, never state."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import transaction
+
+from runs.models import Run
+
+QUEUE_FOR_STATUS = {Run.Status.VERIFYING: "verify"}
+
+
+def run_wake(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:
+    """Send the message that makes a worker take step ``step_no`` of the run."""
+    from runs.tasks import run_step
+
+    run_step.apply_async(
+        args=[str(run_id), step_no], queue=QUEUE_FOR_STATUS.get(status, "agent")
+    )
+
+
+def run_wake_on_commit(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:
+    """Dispatch once the state that needs the step is committed (never before)."""
+    transaction.on_commit(lambda: run_wake(run_id=run_id, step_no=step_no, status=status))

@@ -1,0 +1,442 @@
+"""The step protocol (DESIGN §7): lease, check, do one step, commit, dispatch, return.
+
+A wake-up message names a run and the step number it was sent for. The worker takes the
+run's lease with a conditional UPDATE that also bumps the fencing token (``attempt``); a
+message whose step already happened, or whose run is leased by someone else, does
+nothing. The step's side effect happens outside any transaction while a heartbeat thread
+renews the lease and watches for cancellation. Then one transaction writes the new state,
+the checkpoint, the timeline and the outbox, fenced on (owner, attempt): a worker that
+lost its lease writes nothing. The next step is dispatched on commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from runs import dispatch
+from runs.models import Run, Task
+from runs.state import ACTIVE, STEPPABLE, TERMINAL, transition_check
+from runs.timeline import PendingEvent, events_record
+from runs.logs import log
+
+S = Run.Status
+
+
+class LeaseLost(Exception):
+    """Another worker (or the reaper) owns the run now; this worker must write nothing."""
+
+
+class RunCancelled(Exception):
+    """Cancellation was requested; the step stops and the run ends cancelled."""
+
+
+class StepFailed(Exception):
+    """A categorised, non-retryable failure: the run ends failed with ``reason``."""
+
+    def __init__(self, reason: str, detail: str = "", *, status: str = S.FAILED) -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+        self.status = status
+
+
+class TransientStepError(Exception):
+    """Infrastructure trouble (network, provider 5xx): retry the step with backoff."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    run_id: uuid.UUID
+    owner: str
+    attempt: int
+    step_no: int
+
+
+@dataclass
+class Outcome:
+    """What a step decided: a transition (``to``) or staying put to continue."""
+
+    to: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+    detail: str = ""
+    # Wait for an outside decision instead of dispatching the next step at once.
+    wait: bool = False
+    # Nothing happened (e.g. an approval is still pending): release the lease only.
+    noop: bool = False
+
+
+TERMINAL_RUN_EVENT = {
+    S.COMPLETED: "agent.run.completed",
+    S.FAILED: "agent.run.failed",
+    S.CANCELLED: "agent.run.cancelled",
+    S.TIMED_OUT: "agent.run.timed_out",
+}
+TERMINAL_TASK_STATUS = {
+    S.COMPLETED: Task.Status.COMPLETED,
+    S.FAILED: Task.Status.FAILED,
+    S.CANCELLED: Task.Status.CANCELLED,
+    S.TIMED_OUT: Task.Status.FAILED,
+}
+TERMINAL_TASK_EVENT = {
+    S.COMPLETED: "agent.task.completed",
+    S.FAILED: "agent.task.failed",
+    S.CANCELLED: "agent.task.cancelled",
+    S.TIMED_OUT: "agent.task.failed",
+}
+
+
+def worker_identity() -> str:
+    import os
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def lease_acquire(*, run_id: uuid.UUID | str, step_no: int, owner: str) -> Lease | None:
+    """Take the run's lease for ``step_no``; None if the message is stale or the run busy."""
+    now = timezone.now()
+    taken = (
+        Run.objects.filter(pk=run_id, step_no=step_no, status__in=ACTIVE)
+        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+        .update(
+            lease_owner=owner,
+            lease_until=now + timedelta(seconds=settings.RUN_LEASE_SECONDS),
+            heartbeat_at=now,
+            attempt=F("attempt") + 1,
+        )
+    )
+    if taken != 1:
+        return None
+    attempt = (
+        Run.objects.filter(pk=run_id, lease_owner=owner).values_list("attempt", flat=True).first()
+    )
+    if attempt is None:
+        return None
+    return Lease(run_id=uuid.UUID(str(run_id)), owner=owner, attempt=attempt, step_no=step_no)
+
+
+def _fenced(lease: Lease) -> Any:
+    return Run.objects.filter(pk=lease.run_id, lease_owner=lease.owner, attempt=lease.attempt)
+
+
+def lease_renew(lease: Lease) -> bool | None:
+    """Extend the lease; returns whether cancellation was requested, None if lost."""
+    now = timezone.now()
+    renewed = _fenced(lease).update(
+        lease_until=now + timedelta(seconds=settings.RUN_LEASE_SECONDS), heartbeat_at=now
+    )
+    if renewed != 1:
+        return None
+    cancel = Run.objects.filter(pk=lease.run_id).values_list("cancel_requested_at", flat=True)
+    return cancel.first() is not None
+
+
+def lease_release(lease: Lease, *, count_retry: bool = False) -> bool:
+    """Give the lease back without a state change (a retry will take it again)."""
+    fields: dict[str, Any] = {"lease_owner": "", "lease_until": None}
+    if count_retry:
+        fields["retries"] = F("retries") + 1
+    return _fenced(lease).update(**fields) == 1
+
+
+class Heartbeat:
+    """Renews the lease every third of its length from a thread; sees cancellation."""
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.cancelled = False
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="run-heartbeat", daemon=True)
+
+    def _loop(self) -> None:
+        interval = max(0.5, settings.RUN_LEASE_SECONDS / 3)
+        try:
+            while not self._stop.wait(interval):
+                try:
+                    state = lease_renew(self.lease)
+                except Exception:  # a failed renewal is retried at the next beat
+                    log.warning("heartbeat.failed", run_id=str(self.lease.run_id), exc_info=True)
+                    continue
+                if state is None:
+                    self.lost = True
+                    return
+                self.cancelled = self.cancelled or state
+        finally:
+            connection.close()
+
+    def should_stop(self) -> bool:
+        return self.cancelled or self.lost
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+class StepContext:
+    """What a step handler works with: the run, its task, buffered events, durability."""
+
+    def __init__(self, run: Run, lease: Lease) -> None:
+        self.run = run
+        self.task = run.task
+        self.repository = run.task.repository
+        self.lease = lease
+        self.events: list[PendingEvent] = []
+        self.checkpoint: dict[str, Any] = dict(run.checkpoint or {})
+        self.heartbeat: Heartbeat | None = None
+        # Callables run inside the commit transaction (rows that belong to the step).
+        self._commit_writes: list[Callable[[], None]] = []
+        self._after_commit: list[Callable[[], None]] = []
+
+    @property
+    def step_no(self) -> int:
+        return self.lease.step_no
+
+    def emit(self, type: str, data: dict[str, Any] | None = None, actor: str = "") -> None:
+        self.events.append(PendingEvent(type=type, data=data or {}, actor=actor))
+
+    def write_on_commit(self, write: Callable[[], None]) -> None:
+        self._commit_writes.append(write)
+
+    def after_commit(self, action: Callable[[], None]) -> None:
+        self._after_commit.append(action)
+
+    def should_stop(self) -> bool:
+        return self.heartbeat.should_stop() if self.heartbeat else False
+
+    def check_cancelled(self) -> None:
+        """Raise RunCancelled if cancellation was requested; call before costly actions."""
+        if self.heartbeat and self.heartbeat.lost:
+            raise LeaseLost(f"lease on run {self.run.id} lost")
+        if (self.heartbeat and self.heartbeat.cancelled) or Run.objects.filter(
+            pk=self.run.id, cancel_requested_at__isnull=False
+        ).exists():
+            raise RunCancelled()
+
+    @contextlib.contextmanager
+    def fenced(self) -> Iterator[None]:
+        """A transaction for a mid-step checkpoint (e.g. an answered model turn).
+
+        Commits only while the lease is ours; buffered events are flushed with it so the
+        timeline never shows a fact whose rows were rolled back.
+        """
+        with transaction.atomic():
+            if _fenced(self.lease).update(heartbeat_at=timezone.now()) != 1:
+                raise LeaseLost(f"lease on run {self.run.id} lost")
+            yield
+            if self.events:
+                events_record(task=self.task, run=self.run, events=self.events)
+                self.events = []
+
+
+Handler = Callable[[StepContext], Outcome]
+
+
+def _handlers() -> dict[str, Handler]:
+    from runs import steps
+
+    return steps.HANDLERS
+
+
+def budget_check(run: Run) -> None:
+    """Fail (or time out) the run when one of its task's cumulative budgets is spent."""
+    task = run.task
+    usage = task.usage or {}
+    started = run.started_at or run.created_at
+    elapsed = (timezone.now() - started).total_seconds() + float(usage.get("wall_clock_seconds", 0))
+    if elapsed > task.budget_limit("wall_clock_seconds"):
+        raise StepFailed("budget_wall_clock", f"{elapsed:.0f}s elapsed", status=S.TIMED_OUT)
+    cost = float(usage.get("cost_usd", 0)) + float(run.cost_usd)
+    if cost > task.budget_limit("cost_usd"):
+        raise StepFailed("budget_cost", f"${cost:.4f} spent")
+
+
+def step_execute(*, run_id: str, step_no: int, owner: str | None = None) -> str:
+    """Execute one step of a run if this message is still current. Returns what happened.
+
+    Raises on unexpected errors after giving the lease back, so the Celery task retries.
+    """
+    owner = owner or worker_identity()
+    lease = lease_acquire(run_id=run_id, step_no=step_no, owner=owner)
+    if lease is None:
+        return "skipped"
+    run = Run.objects.select_related("task__repository", "task__workspace").get(pk=run_id)
+    ctx = StepContext(run, lease)
+    try:
+        if run.cancel_requested_at is not None:
+            outcome = Outcome(to=S.CANCELLED, reason="cancelled", detail=run.cancel_reason)
+        else:
+            budget_check(run)
+            handler = _handlers()[run.status]
+            with Heartbeat(lease) as heartbeat:
+                ctx.heartbeat = heartbeat
+                outcome = handler(ctx)
+            if heartbeat.lost:
+                raise LeaseLost(f"lease on run {run.id} lost during the step")
+    except RunCancelled:
+        outcome = Outcome(to=S.CANCELLED, reason="cancelled", detail=run.cancel_reason)
+    except StepFailed as failure:
+        outcome = Outcome(to=failure.status, reason=failure.reason, detail=failure.detail)
+    except LeaseLost:
+        log.warning("step.lease_lost", run_id=run_id, step_no=step_no)
+        return "lease_lost"
+    except Exception:
+        # Unknown trouble: give the lease back so the retry (or the reaper) can proceed.
+        with contextlib.suppress(Exception):
+            close_old_connections()
+            lease_release(lease, count_retry=True)
+        raise
+    try:
+        return step_commit(ctx, outcome)
+    except LeaseLost:
+        log.warning("step.lease_lost_at_commit", run_id=run_id, step_no=step_no)
+        return "lease_lost"
+
+
+def step_commit(ctx: StepContext, outcome: Outcome) -> str:
+    """Write the step's outcome in one fenced transaction and dispatch the next step."""
+    run, lease = ctx.run, ctx.lease
+    now = timezone.now()
+    if outcome.noop:
+        lease_release(lease)
+        return "noop"
+    source = run.status
+    target = outcome.to
+    fields: dict[str, Any] = {
+        "step_no": F("step_no") + 1,
+        "lease_owner": "",
+        "lease_until": None,
+        "heartbeat_at": now,
+        "checkpoint": ctx.checkpoint,
+        **outcome.fields,
+    }
+    if target is not None:
+        transition_check(source, target)
+        fields.update(status=target, status_changed_at=now)
+        if source == S.QUEUED:
+            fields["started_at"] = now
+        if target in TERMINAL:
+            fields["finished_at"] = now
+            if target != S.COMPLETED:
+                fields["failure_reason"] = outcome.reason or target
+                fields["failure_detail"] = outcome.detail[:5000]
+    with transaction.atomic():
+        if _fenced(lease).filter(status=source, step_no=lease.step_no).update(**fields) != 1:
+            raise LeaseLost(f"lease on run {run.id} lost before commit")
+        for write in ctx._commit_writes:
+            write()
+        events = list(ctx.events)
+        if target is not None:
+            run.status = target
+            events.append(
+                PendingEvent(
+                    "agent.run.status.changed",
+                    {"from": source, "to": target, "reason": outcome.reason},
+                )
+            )
+            if target in TERMINAL:
+                events.extend(_terminal_events(ctx, target, outcome))
+        events_record(task=ctx.task, run=run, events=events)
+        next_step = lease.step_no + 1
+        status = target or source
+        if status in STEPPABLE and not outcome.wait:
+            dispatch.run_wake_on_commit(run_id=run.id, step_no=next_step, status=status)
+        if target in TERMINAL:
+            transaction.on_commit(lambda: _after_terminal(run.id))
+        for action in ctx._after_commit:
+            transaction.on_commit(action)
+    log.info(
+        "step.committed", run_id=str(run.id), step_no=lease.step_no, source=source,
+        target=target or source,
+    )
+    return target or source
+
+
+def _terminal_events(ctx: StepContext, target: str, outcome: Outcome) -> list[PendingEvent]:
+    """The run's and the task's closing facts, and the task's status, in the same commit."""
+    task = ctx.task
+    run = ctx.run
+    data: dict[str, Any] = {"run_no": run.run_no}
+    if target != S.COMPLETED:
+        data.update(reason=outcome.reason or target, detail=outcome.detail[:500])
+    wall = (timezone.now() - (run.started_at or run.created_at)).total_seconds()
+    usage = dict(task.usage or {})
+    usage["wall_clock_seconds"] = float(usage.get("wall_clock_seconds", 0)) + wall
+    Task.objects.filter(pk=task.pk).update(
+        status=TERMINAL_TASK_STATUS[target],
+        status_reason=outcome.reason if target != S.COMPLETED else "",
+        usage=usage,
+        updated_at=timezone.now(),
+    )
+    return [
+        PendingEvent(TERMINAL_RUN_EVENT[target], data),
+        PendingEvent(TERMINAL_TASK_EVENT[target], data),
+    ]
+
+
+def _after_terminal(run_id: uuid.UUID) -> None:
+    """Clean the sandbox, start a batched follow-up, let a deferred task in."""
+    from runs import services
+    from runs.agent.sandbox import sandbox_for_run
+
+    sandbox_for_run(run_id).remove()
+    try:
+        services.run_after_terminal(run_id=run_id)
+    except Exception:
+        log.exception("run.after_terminal_failed", run_id=str(run_id))
+
+
+def run_end_unleased(
+    *, run_id: uuid.UUID | str, target: str, reason: str, detail: str = "",
+    events: list[PendingEvent] | None = None,
+) -> bool:
+    """End a run that no worker holds (reaper, cancelling an idle run). False if raced."""
+    now = timezone.now()
+    with transaction.atomic():
+        run = (
+            Run.objects.select_for_update()
+            .select_related("task__repository", "task__workspace")
+            .filter(pk=run_id)
+            .first()
+        )
+        if run is None or run.status in TERMINAL:
+            return False
+        if run.lease_until is not None and run.lease_until >= now:
+            return False
+        transition_check(run.status, target)
+        source = run.status
+        Run.objects.filter(pk=run.pk).update(
+            status=target,
+            status_changed_at=now,
+            finished_at=now,
+            lease_owner="",
+            lease_until=None,
+            step_no=F("step_no") + 1,
+            failure_reason=reason if target != S.COMPLETED else "",
+            failure_detail=detail[:5000],
+        )
+        ctx = StepContext(run, Lease(run.id, "", run.attempt, run.step_no))
+        pending = list(events or [])
+        pending.append(
+            PendingEvent("agent.run.status.changed", {"from": source, "to": target, "reason": reason})
+        )
+        pending.extend(_terminal_events(ctx, target, Outcome(to=target, reason=reason, detail=detail)))
+        events_record(task=run.task, run=run, events=pending)
+        transaction.on_commit(lambda: _after_terminal(run.id))
+    return True

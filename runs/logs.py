@@ -1,0 +1,5 @@
+"""The runs app's structured logger."""
+
+import structlog
+
+log = structlog.get_logger("agentplatform.runs")

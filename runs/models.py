@@ -1,0 +1,502 @@
+"""Tenants, repositories, tasks, runs and everything a run leaves behind."""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+DEFAULT_FORBIDDEN_PATHS = [".github/workflows/**", ".env*", "*.pem"]
+
+
+def default_forbidden_paths() -> list[str]:
+    return list(DEFAULT_FORBIDDEN_PATHS)
+
+
+def default_allowed_commands() -> list[str]:
+    return ["python", "pytest", "git", "ls", "cat", "grep", "make", "npm", "node"]
+
+
+class Workspace(models.Model):
+    """A tenant: its members, its repositories and the limits that admission enforces."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    max_active_runs = models.PositiveIntegerField(default=10)
+    # Spend allowed per UTC day across all runs of the workspace; 0 means unlimited.
+    daily_cost_budget_usd = models.DecimalField(
+        max_digits=12, decimal_places=4, default=Decimal("0")
+    )
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="Membership", related_name="workspaces"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        MEMBER = "member"
+        ADMIN = "admin"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "user"], name="membership_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.workspace} ({self.role})"
+
+
+class ApiToken(models.Model):
+    """A per-user API token; only a SHA-256 of the secret is stored."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=16, db_index=True)
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+
+class Repository(models.Model):
+    class Provider(models.TextChoices):
+        LOCAL = "local"
+        GITHUB = "github"
+        GITLAB = "gitlab"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="repositories")
+    name = models.CharField(max_length=200)
+    provider = models.CharField(max_length=16, choices=Provider.choices, default=Provider.LOCAL)
+    # Provider-side identity, e.g. "octo-org/hello-world" on GitHub or the GitLab path.
+    external_id = models.CharField(max_length=300, blank=True, db_index=True)
+    clone_url = models.CharField(max_length=1000, help_text="URL or local path to clone from")
+    default_branch = models.CharField(max_length=200, default="main")
+    test_command = models.CharField(max_length=1000, default="python -m pytest -q")
+    webhook_secret = models.CharField(max_length=200, blank=True)
+    forbidden_paths = models.JSONField(default=default_forbidden_paths, blank=True)
+    allowed_commands = models.JSONField(default=default_allowed_commands, blank=True)
+    max_active_runs = models.PositiveIntegerField(default=3)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "repositories"
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "name"], name="repository_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Task(models.Model):
+    """What was asked. Runs are attempts at it."""
+
+    class Mode(models.TextChoices):
+        SUPERVISED_PR = "supervised_pr"
+        AUTONOMOUS_PR = "autonomous_pr"
+        DRY_RUN = "dry_run"
+
+    class Source(models.TextChoices):
+        API = "api"
+        ADMIN = "admin"
+        WEBHOOK = "webhook"
+
+    class Risk(models.TextChoices):
+        LOW = "low"
+        MEDIUM = "medium"
+        HIGH = "high"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        DEFERRED = "deferred"
+        RUNNING = "running"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+        REJECTED = "rejected"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="tasks")
+    repository = models.ForeignKey(Repository, on_delete=models.PROTECT, related_name="tasks")
+    instruction = models.TextField()
+    task_type = models.CharField(max_length=64, default="change")
+    risk_level = models.CharField(max_length=16, choices=Risk.choices, default=Risk.LOW)
+    execution_mode = models.CharField(
+        max_length=32, choices=Mode.choices, default=Mode.AUTONOMOUS_PR
+    )
+    target_branch = models.CharField(max_length=200, blank=True)
+    requested_by = models.CharField(max_length=200, blank=True)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.API)
+    # Where the task came from outside (issue URL, comment id...), for notifications.
+    source_ref = models.JSONField(default=dict, blank=True)
+    priority = models.SmallIntegerField(default=0)
+    budget = models.JSONField(default=dict, blank=True)
+    # The agent's script for the scripted model, or other per-task model options.
+    model_options = models.JSONField(default=dict, blank=True)
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    request_fingerprint = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    status_reason = models.CharField(max_length=500, blank=True)
+    # Cumulative over every run of the task (follow-ups included): never reset.
+    usage = models.JSONField(default=dict, blank=True)
+    # Feedback that arrived while a run was active, batched into the next follow-up.
+    pending_feedback = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workspace", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="task_unique_idempotency_key",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["workspace", "-created_at"], name="task_ws_created"),
+            models.Index(
+                fields=["priority", "created_at"],
+                condition=Q(status="deferred"),
+                name="task_deferred",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.instruction[:60]}"
+
+    def budget_limit(self, name: str) -> float:
+        value = self.budget.get(name, settings.TASK_DEFAULT_BUDGET[name])
+        return float(value)
+
+
+class Run(models.Model):
+    """One attempt at a task, advanced step by step under a fenced lease."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        PREPARING = "preparing"
+        CONTEXT_LOADING = "context_loading"
+        PLANNING = "planning"
+        RUNNING = "running"
+        VERIFYING = "verifying"
+        JUDGING = "judging"
+        AWAITING_APPROVAL = "awaiting_approval"
+        CREATING_PR = "creating_pr"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+        TIMED_OUT = "timed_out"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="runs")
+    run_no = models.PositiveIntegerField()
+    status = models.CharField(max_length=32, choices=Status.choices, default=Status.QUEUED)
+    status_changed_at = models.DateTimeField(auto_now_add=True)
+    # Incremented on every state commit; a wake-up message names the step it was sent
+    # for, so a duplicated or late message finds a different number and does nothing.
+    step_no = models.PositiveIntegerField(default=0)
+    # The lease: who may write, until when, and the fencing token (attempt) that every
+    # write compares, so a worker that lost its lease changes nothing.
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    attempt = models.PositiveIntegerField(default=0)
+    recoveries = models.PositiveIntegerField(default=0)
+    retries = models.PositiveIntegerField(default=0)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_by = models.CharField(max_length=200, blank=True)
+    cancel_reason = models.CharField(max_length=500, blank=True)
+    base_commit = models.CharField(max_length=64, blank=True)
+    branch = models.CharField(max_length=200, blank=True)
+    model_profile = models.CharField(max_length=200, blank=True)
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
+    failure_reason = models.CharField(max_length=64, blank=True)
+    failure_detail = models.TextField(blank=True)
+    # Feedback this run starts from (review comments, CI failure summary).
+    feedback = models.TextField(blank=True)
+    checkpoint = models.JSONField(default=dict, blank=True)
+    last_sequence_no = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "run_no"], name="run_unique_task_run_no"),
+            # One active run per task: follow-ups wait for the previous run to end.
+            models.UniqueConstraint(
+                fields=["task"],
+                condition=~Q(status__in=["completed", "failed", "cancelled", "timed_out"]),
+                name="run_one_active_per_task",
+            ),
+        ]
+        indexes = [
+            # The reaper scans only active runs holding a lease.
+            models.Index(
+                fields=["lease_until"],
+                condition=Q(lease_until__isnull=False),
+                name="run_active_lease",
+            ),
+            models.Index(fields=["status", "status_changed_at"], name="run_status_changed"),
+            models.Index(fields=["-created_at"], name="run_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.run_no} of {self.task_id}"
+
+    @property
+    def is_terminal(self) -> bool:
+        from runs.state import TERMINAL
+
+        return self.status in TERMINAL
+
+
+class RunEvent(models.Model):
+    """The timeline: facts about a run, gap-free and ordered by sequence_no."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    sequence_no = models.PositiveIntegerField()
+    type = models.CharField(max_length=100)
+    data = models.JSONField(default=dict)
+    actor = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "sequence_no"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "sequence_no"], name="runevent_unique_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.sequence_no} {self.type}"
+
+
+class Artifact(models.Model):
+    """Large content (prompts, model responses, logs, diffs), referenced from events."""
+
+    class Kind(models.TextChoices):
+        PROMPT = "prompt"
+        MODEL_REQUEST = "model_request"
+        MODEL_RESPONSE = "model_response"
+        LOG = "log"
+        DIFF = "diff"
+        PLAN = "plan"
+        CONTEXT = "context"
+        OTHER = "other"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="artifacts")
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    name = models.CharField(max_length=300)
+    content_type = models.CharField(max_length=100, default="text/plain")
+    content = models.TextField()
+    size_bytes = models.PositiveIntegerField(default=0)
+    sha256 = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+
+class ModelTurn(models.Model):
+    """One answered model call, checkpointed so a recovered run never asks again."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="model_turns")
+    step_no = models.PositiveIntegerField()
+    turn_no = models.PositiveIntegerField()
+    purpose = models.CharField(max_length=32, default="act")
+    provider = models.CharField(max_length=64)
+    model = models.CharField(max_length=200)
+    response = models.JSONField(default=dict)
+    tokens_in = models.PositiveIntegerField(default=0)
+    tokens_out = models.PositiveIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
+    latency_ms = models.PositiveIntegerField(default=0)
+    request_artifact = models.ForeignKey(
+        Artifact, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    response_artifact = models.ForeignKey(
+        Artifact, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "step_no", "turn_no"], name="modelturn_unique_step_turn"
+            ),
+        ]
+
+
+class ToolCall(models.Model):
+    class Status(models.TextChoices):
+        REQUESTED = "requested"
+        DENIED = "denied"
+        STARTED = "started"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        TIMED_OUT = "timed_out"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls")
+    step_no = models.PositiveIntegerField()
+    turn_no = models.PositiveIntegerField()
+    call_id = models.CharField(max_length=200)
+    tool = models.CharField(max_length=64)
+    arguments = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.REQUESTED)
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "step_no", "turn_no", "call_id"], name="toolcall_unique"
+            ),
+        ]
+
+
+class Patch(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="patches")
+    attempt_no = models.PositiveIntegerField(default=1)
+    diff_sha256 = models.CharField(max_length=64)
+    diff_artifact = models.ForeignKey(Artifact, on_delete=models.PROTECT, related_name="+")
+    files_changed = models.JSONField(default=list)
+    lines_added = models.PositiveIntegerField(default=0)
+    lines_removed = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "attempt_no"], name="patch_unique_attempt"),
+        ]
+
+
+class VerificationAttempt(models.Model):
+    class Outcome(models.TextChoices):
+        PASSED = "passed"
+        TEST_FAILURE = "test_failure"
+        COMPILE_ERROR = "compile_error"
+        TIMEOUT = "timeout"
+        ERRORED = "errored"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="verifications")
+    patch = models.ForeignKey(Patch, on_delete=models.CASCADE, related_name="verifications")
+    verifier = models.CharField(max_length=64, default="test_command")
+    command = models.CharField(max_length=1000)
+    outcome = models.CharField(max_length=32, choices=Outcome.choices)
+    exit_code = models.IntegerField(null=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+    summary = models.TextField(blank=True)
+    log_artifact = models.ForeignKey(
+        Artifact, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "patch", "verifier"], name="verification_unique"
+            ),
+        ]
+
+
+class JudgeAttempt(models.Model):
+    class Verdict(models.TextChoices):
+        ACCEPT = "accept"
+        REVISE = "revise"
+        BLOCK = "block"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="judgements")
+    patch = models.ForeignKey(Patch, on_delete=models.CASCADE, related_name="judgements")
+    judge = models.CharField(max_length=64, default="rules")
+    verdict = models.CharField(max_length=16, choices=Verdict.choices)
+    score = models.FloatField(null=True, blank=True)
+    findings = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "patch", "judge"], name="judge_unique"),
+        ]
+
+
+class Approval(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        EXPIRED = "expired"
+        VOID = "void"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
+    patch = models.ForeignKey(Patch, on_delete=models.CASCADE, related_name="approvals")
+    # The approval holds only for the exact diff that was shown.
+    patch_sha256 = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    reason = models.CharField(max_length=200, blank=True)
+    requested_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.CharField(max_length=200, blank=True)
+    comment = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run"], condition=Q(status="pending"), name="approval_one_pending"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["expires_at"], condition=Q(status="pending"), name="approval_pending"
+            ),
+        ]
+
+
+class PullRequest(models.Model):
+    class State(models.TextChoices):
+        OPEN = "open"
+        MERGED = "merged"
+        CLOSED = "closed"
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="pull_requests")
+    provider = models.CharField(max_length=16)
+    branch = models.CharField(max_length=200)
+    base_branch = models.CharField(max_length=200)
+    number = models.PositiveIntegerField(null=True, blank=True)
+    url = models.CharField(max_length=1000, blank=True)
+    head_sha = models.CharField(max_length=64, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.OPEN)
+    title = models.CharField(max_length=300, blank=True)
+    last_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            # One PR branch per task; follow-up runs push to it.
+            models.UniqueConstraint(fields=["task", "provider"], name="pullrequest_unique"),
+        ]

@@ -1,0 +1,73 @@
+"""The scripted model: replays a JSON transcript, for the demo and for tests.
+
+A script is ``{"plan": "...", "turns": [{"content": "...", "tool_calls": [...]}, ...],
+"judge": {"verdict": "accept", "score": 0.9}}``. Turn N of the run gets turn N of the
+script, so a recovered run that re-asks a turn gets the same answer a real model would
+have been asked for; once the script is exhausted the model finishes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from runs.providers.base import ModelProvider, ModelReply, ModelUsage, ToolCallRequest
+
+
+def _estimate_tokens(payload: Any) -> int:
+    return max(1, len(json.dumps(payload, default=str)) // 4)
+
+
+class ScriptedProvider(ModelProvider):
+    name = "scripted"
+
+    def __init__(self, script: dict[str, Any] | None) -> None:
+        self.script = script or {}
+        self.model = "scripted-1"
+
+    def complete(
+        self,
+        *,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        purpose: str,
+        turn_index: int,
+    ) -> ModelReply:
+        tokens_in = _estimate_tokens(messages)
+        if purpose == "plan":
+            content = self.script.get("plan", "Read the code, make the change, run the tests.")
+            return ModelReply(
+                content=content,
+                usage=ModelUsage(tokens_in, _estimate_tokens(content)),
+                model=self.model,
+            )
+        if purpose == "judge":
+            verdict = self.script.get("judge", {"verdict": "accept", "score": 1.0})
+            content = json.dumps(verdict)
+            return ModelReply(
+                content=content, usage=ModelUsage(tokens_in, _estimate_tokens(content)),
+                model=self.model,
+            )
+        turns = self.script.get("turns", [])
+        if turn_index >= len(turns):
+            call = ToolCallRequest(
+                id=f"call-{turn_index}-finish", name="finish", arguments={"summary": "done"}
+            )
+            return ModelReply(
+                content="", tool_calls=[call], usage=ModelUsage(tokens_in, 8), model=self.model
+            )
+        turn = turns[turn_index]
+        calls = [
+            ToolCallRequest(
+                id=call.get("id") or f"call-{turn_index}-{position}",
+                name=call["name"],
+                arguments=call.get("arguments", {}),
+            )
+            for position, call in enumerate(turn.get("tool_calls", []))
+        ]
+        return ModelReply(
+            content=turn.get("content", ""),
+            tool_calls=calls,
+            usage=ModelUsage(tokens_in, _estimate_tokens(turn)),
+            model=self.model,
+        )

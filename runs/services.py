@@ -1,0 +1,351 @@
+"""Use cases that change runs and tasks. Each is one transaction; wake-ups go on commit.
+
+These are commands: they can be refused (``CommandRefused``). They never set a run's
+status themselves; they record a request (cancellation, an approval decision) and wake
+the orchestrator, which decides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max, Sum
+from django.utils import timezone
+
+from runs import dispatch
+from runs.models import Approval, Repository, Run, Task, Workspace
+from runs.state import ACTIVE, TERMINAL
+from runs.timeline import PendingEvent, event_record, events_record
+
+
+class CommandRefused(Exception):
+    """A command that cannot be carried out; ``code`` is machine-readable."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class IdempotencyConflict(CommandRefused):
+    def __init__(self) -> None:
+        super().__init__(
+            "idempotency_key_reused", "this Idempotency-Key was used with a different request"
+        )
+
+
+@dataclass
+class Submission:
+    task: Task
+    run: Run | None
+    created: bool
+
+    @property
+    def status(self) -> str:
+        return self.task.status
+
+
+def request_fingerprint(payload: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# --- admission -----------------------------------------------------------------------------
+
+
+def admission_check(*, workspace: Workspace, repository: Repository) -> str | None:
+    """Why a new run cannot start now, or None. Call with the workspace row locked."""
+    active = Run.objects.filter(task__workspace=workspace, status__in=ACTIVE)
+    if active.count() >= workspace.max_active_runs:
+        return f"workspace at its limit of {workspace.max_active_runs} active runs"
+    if active.filter(task__repository=repository).count() >= repository.max_active_runs:
+        return f"repository at its limit of {repository.max_active_runs} active runs"
+    if workspace.daily_cost_budget_usd > 0:
+        today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+        spent = Run.objects.filter(task__workspace=workspace, created_at__gte=today).aggregate(
+            total=Sum("cost_usd")
+        )["total"] or Decimal("0")
+        if spent >= workspace.daily_cost_budget_usd:
+            return f"workspace spent its daily budget of ${workspace.daily_cost_budget_usd}"
+    return None
+
+
+def _lock_workspace(workspace_id: int) -> Workspace:
+    # Admission counts active runs and then inserts one: the workspace row lock makes
+    # that check-then-act atomic across concurrent submissions.
+    return Workspace.objects.select_for_update().get(pk=workspace_id)
+
+
+def _run_start(*, task: Task, feedback: str = "", actor: str = "") -> Run:
+    """Create the task's next run and its first events; dispatch on commit."""
+    run_no = (task.runs.aggregate(n=Max("run_no"))["n"] or 0) + 1
+    run = Run.objects.create(task=task, run_no=run_no, feedback=feedback)
+    Task.objects.filter(pk=task.pk).update(status=Task.Status.RUNNING, status_reason="",
+                                           updated_at=timezone.now())
+    task.status = Task.Status.RUNNING
+    events_record(
+        task=task,
+        run=run,
+        events=[
+            PendingEvent("agent.task.accepted", {"run_no": run_no}, actor),
+            PendingEvent("agent.run.queued", {"run_no": run_no, "followup": bool(feedback)},
+                         actor),
+        ],
+    )
+    dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
+    return run
+
+
+def task_submit(
+    *,
+    workspace: Workspace,
+    repository: Repository,
+    instruction: str,
+    source: str = Task.Source.API,
+    requested_by: str = "",
+    idempotency_key: str | None = None,
+    execution_mode: str = Task.Mode.AUTONOMOUS_PR,
+    risk_level: str = Task.Risk.LOW,
+    task_type: str = "change",
+    target_branch: str = "",
+    priority: int = 0,
+    budget: dict[str, Any] | None = None,
+    model_options: dict[str, Any] | None = None,
+    source_ref: dict[str, Any] | None = None,
+) -> Submission:
+    """Record a task and, if admitted, its first run; all in one transaction.
+
+    With an idempotency key, a repeat of the same request returns the original task;
+    the same key with a different request is refused.
+    """
+    if repository.workspace_id != workspace.pk:
+        raise CommandRefused("repository_not_in_workspace", "repository is not in this workspace")
+    if not instruction.strip():
+        raise CommandRefused("instruction_empty", "instruction must not be empty")
+    fingerprint = request_fingerprint({
+        "repository": repository.pk, "instruction": instruction,
+        "execution_mode": execution_mode, "risk_level": risk_level, "task_type": task_type,
+        "target_branch": target_branch, "priority": priority, "budget": budget or {},
+        "model_options": model_options or {},
+    })
+    if idempotency_key:
+        existing = _idempotent_replay(workspace, idempotency_key, fingerprint)
+        if existing is not None:
+            return existing
+    try:
+        with transaction.atomic():
+            ws = _lock_workspace(workspace.pk)
+            task = Task.objects.create(
+                workspace=ws, repository=repository, instruction=instruction, source=source,
+                requested_by=requested_by, idempotency_key=idempotency_key or None,
+                request_fingerprint=fingerprint, execution_mode=execution_mode,
+                risk_level=risk_level, task_type=task_type, target_branch=target_branch,
+                priority=priority, budget=budget or {}, model_options=model_options or {},
+                source_ref=source_ref or {},
+            )
+            submitted = {"repository": repository.name, "source": source,
+                         "execution_mode": execution_mode, "requested_by": requested_by}
+            refusal = admission_check(workspace=ws, repository=repository)
+            if refusal is not None:
+                task.status = Task.Status.DEFERRED
+                task.status_reason = refusal
+                task.save(update_fields=["status", "status_reason"])
+                events_record(task=task, run=None, events=[
+                    PendingEvent("agent.task.submitted", submitted, requested_by),
+                    PendingEvent("agent.task.deferred", {"reason": refusal}, requested_by),
+                ])
+                return Submission(task=task, run=None, created=True)
+            run_no = 1
+            run = Run.objects.create(task=task, run_no=run_no)
+            task.status = Task.Status.RUNNING
+            task.save(update_fields=["status"])
+            events_record(task=task, run=run, events=[
+                PendingEvent("agent.task.submitted", submitted, requested_by),
+                PendingEvent("agent.task.accepted", {"run_no": run_no}, requested_by),
+                PendingEvent("agent.task.queued", {"run_no": run_no}, requested_by),
+                PendingEvent("agent.run.queued", {"run_no": run_no, "followup": False},
+                             requested_by),
+            ])
+            dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
+            return Submission(task=task, run=run, created=True)
+    except IntegrityError:
+        # A concurrent submission with the same key won the insert.
+        if idempotency_key:
+            existing = _idempotent_replay(workspace, idempotency_key, fingerprint)
+            if existing is not None:
+                return existing
+        raise
+
+
+def _idempotent_replay(workspace: Workspace, key: str, fingerprint: str) -> Submission | None:
+    task = Task.objects.filter(workspace=workspace, idempotency_key=key).first()
+    if task is None:
+        return None
+    if task.request_fingerprint != fingerprint:
+        raise IdempotencyConflict()
+    return Submission(task=task, run=task.runs.order_by("run_no").first(), created=False)
+
+
+def tasks_readmit(*, limit: int = 50) -> int:
+    """Start runs for deferred tasks that fit now, highest priority and oldest first."""
+    started = 0
+    candidates = list(
+        Task.objects.filter(status=Task.Status.DEFERRED)
+        .order_by("-priority", "created_at")
+        .values_list("pk", "workspace_id")[:limit]
+    )
+    for task_id, workspace_id in candidates:
+        with transaction.atomic():
+            ws = _lock_workspace(workspace_id)
+            task = Task.objects.select_for_update().select_related("repository").get(pk=task_id)
+            if task.status != Task.Status.DEFERRED:
+                continue
+            if admission_check(workspace=ws, repository=task.repository) is not None:
+                continue
+            _run_start(task=task, actor="admission")
+            started += 1
+    return started
+
+
+# --- commands on runs ------------------------------------------------------------------------
+
+
+def run_cancel_request(*, run: Run, by: str, reason: str = "") -> bool:
+    """Ask for cancellation; the orchestrator stops the run at its next check.
+
+    Returns False if the run already ended (nothing to cancel).
+    """
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().select_related("task").get(pk=run.pk)
+        if locked.status in TERMINAL:
+            return False
+        if locked.cancel_requested_at is None:
+            Run.objects.filter(pk=run.pk).update(
+                cancel_requested_at=timezone.now(), cancel_requested_by=by,
+                cancel_reason=reason[:500],
+            )
+            event_record(task=locked.task, run=locked, type="agent.run.cancel.requested",
+                         data={"by": by, "reason": reason}, actor=by)
+        # A run that no worker holds (queued, awaiting approval) needs a wake-up to end.
+        dispatch.run_wake_on_commit(run_id=locked.id, step_no=locked.step_no,
+                                    status=locked.status)
+    return True
+
+
+def _approval_decide(*, run: Run, by: str, status: str, comment: str) -> Approval:
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().select_related("task").get(pk=run.pk)
+        if locked.status != Run.Status.AWAITING_APPROVAL:
+            raise CommandRefused("not_awaiting_approval",
+                                 f"run is {locked.status}, not awaiting approval")
+        approval = Approval.objects.select_for_update().filter(
+            run=locked, status=Approval.Status.PENDING).first()
+        if approval is None:
+            raise CommandRefused("no_pending_approval", "run has no pending approval")
+        approval.status = status
+        approval.decided_at = timezone.now()
+        approval.decided_by = by
+        approval.comment = comment
+        approval.save(update_fields=["status", "decided_at", "decided_by", "comment"])
+        event_record(task=locked.task, run=locked, type=f"agent.approval.{status}",
+                     data={"by": by, "comment": comment, "patch_sha256": approval.patch_sha256},
+                     actor=by)
+        dispatch.run_wake_on_commit(run_id=locked.id, step_no=locked.step_no,
+                                    status=locked.status)
+    return approval
+
+
+def run_approve(*, run: Run, by: str, comment: str = "") -> Approval:
+    """Approve the pending patch; the run goes on to open its pull request."""
+    return _approval_decide(run=run, by=by, status=Approval.Status.APPROVED, comment=comment)
+
+
+def run_reject(*, run: Run, by: str, comment: str = "") -> Approval:
+    """Reject the pending patch; the run ends failed (approval_rejected)."""
+    return _approval_decide(run=run, by=by, status=Approval.Status.REJECTED, comment=comment)
+
+
+def approvals_expire(*, now: Any = None) -> int:
+    """Expire pending approvals past their deadline and wake their runs."""
+    now = now or timezone.now()
+    expired = 0
+    for approval_id in Approval.objects.filter(
+        status=Approval.Status.PENDING, expires_at__lt=now
+    ).values_list("pk", flat=True)[:200]:
+        with transaction.atomic():
+            approval = (
+                Approval.objects.select_for_update().select_related("run__task")
+                .filter(pk=approval_id, status=Approval.Status.PENDING).first()
+            )
+            if approval is None:
+                continue
+            approval.status = Approval.Status.EXPIRED
+            approval.decided_at = now
+            approval.save(update_fields=["status", "decided_at"])
+            run = approval.run
+            event_record(task=run.task, run=run, type="agent.approval.expired",
+                         data={"expired_at": approval.expires_at.isoformat()})
+            dispatch.run_wake_on_commit(run_id=run.id, step_no=run.step_no, status=run.status)
+            expired += 1
+    return expired
+
+
+def task_retry(*, task: Task, by: str) -> Run:
+    """A new run of the task from scratch; refused while a run is active."""
+    with transaction.atomic():
+        locked = Task.objects.select_for_update().get(pk=task.pk)
+        if locked.runs.filter(status__in=ACTIVE).exists():
+            raise CommandRefused("run_active", "the task has an active run")
+        return _run_start(task=locked, actor=by)
+
+
+def task_followup(*, task: Task, feedback: str, by: str) -> Run | None:
+    """A follow-up run with feedback on the same branch and PR.
+
+    If a run is active, the feedback is batched and starts the next follow-up when that
+    run ends; returns None in that case.
+    """
+    with transaction.atomic():
+        locked = Task.objects.select_for_update().get(pk=task.pk)
+        if locked.runs.filter(status__in=ACTIVE).exists():
+            joined = "\n\n".join(filter(None, [locked.pending_feedback, feedback]))
+            Task.objects.filter(pk=task.pk).update(pending_feedback=joined)
+            return None
+        return _run_start(task=locked, feedback=feedback, actor=by)
+
+
+def run_after_terminal(*, run_id: uuid.UUID) -> None:
+    """After a run ends: start a batched follow-up, then let deferred tasks in."""
+    with transaction.atomic():
+        run = Run.objects.select_related("task").get(pk=run_id)
+        task = Task.objects.select_for_update().get(pk=run.task_id)
+        if task.pending_feedback and not task.runs.filter(status__in=ACTIVE).exists():
+            feedback = task.pending_feedback
+            Task.objects.filter(pk=task.pk).update(pending_feedback="")
+            _run_start(task=task, feedback=feedback, actor="feedback")
+    tasks_readmit()
+
+
+def run_recover_stalled(*, stall_after: timedelta) -> int:
+    """Re-send wake-ups for steppable runs that nobody holds and nothing moved for a while
+    (their message was lost). Duplicates are harmless: the step number fences them."""
+    from runs.state import STEPPABLE
+
+    cutoff = timezone.now() - stall_after
+    stalled = Run.objects.filter(
+        status__in=STEPPABLE, lease_until__isnull=True, heartbeat_at__lt=cutoff
+    ) | Run.objects.filter(
+        status__in=STEPPABLE, lease_until__isnull=True, heartbeat_at__isnull=True,
+        created_at__lt=cutoff,
+    )
+    count = 0
+    for run_id, step_no, status in stalled.values_list("pk", "step_no", "status")[:200]:
+        dispatch.run_wake(run_id=run_id, step_no=step_no, status=status)
+        count += 1
+    return count

@@ -1,0 +1,193 @@
+"""The timeline: run events with gap-free sequence numbers, mirrored into the outbox.
+
+Every fact is written twice in one transaction: as a RunEvent (the run's timeline, what
+operators read) and as an OutboxEvent (what the relay publishes). Neither exists without
+the other, and neither exists without the state change that caused it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from jobs.models import OutboxEvent
+from runs.models import Run, RunEvent, Task
+
+EVENT_VERSION = "1"
+
+
+@dataclass
+class PendingEvent:
+    type: str
+    data: dict[str, Any] = field(default_factory=dict)
+    actor: str = ""
+
+
+def traceparent_for(task: Task) -> str:
+    """W3C traceparent: one trace per task, a new span id per event."""
+    return f"00-{task.id.hex}-{secrets.token_hex(8)}-01"
+
+
+def envelope(
+    *,
+    event_id: uuid.UUID,
+    type: str,
+    task: Task,
+    run: Run | None,
+    data: Mapping[str, Any],
+    sequence: int | None,
+    causation_id: str | None = None,
+) -> dict[str, Any]:
+    """The CloudEvents 1.0 envelope with our extensions (DESIGN §5)."""
+    subject = f"runs/{run.id}" if run is not None else f"tasks/{task.id}"
+    body: dict[str, Any] = {
+        "specversion": "1.0",
+        "id": str(event_id),
+        "source": f"{settings.EVENT_SOURCE}/workspaces/{task.workspace_id}",
+        "type": type,
+        "subject": subject,
+        "time": timezone.now().isoformat().replace("+00:00", "Z"),
+        "datacontenttype": "application/json",
+        "data": dict(data),
+        "eventversion": EVENT_VERSION,
+        "workspaceid": str(task.workspace_id),
+        "taskid": str(task.id),
+        "correlationid": str(task.id),
+        "traceparent": traceparent_for(task),
+    }
+    if run is not None:
+        body["runid"] = str(run.id)
+    if sequence is not None:
+        body["sequence"] = sequence
+    if causation_id:
+        body["causationid"] = causation_id
+    return body
+
+
+def _sequence_reserve(run_id: uuid.UUID, count: int) -> int:
+    """Reserve ``count`` sequence numbers for a run; returns the last one reserved.
+
+    The UPDATE takes the run's row lock until the transaction ends, so concurrent
+    appenders queue behind each other and a rollback returns the numbers: gap-free.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Run._meta.db_table} SET last_sequence_no = last_sequence_no + %s "  # noqa: S608
+            "WHERE id = %s RETURNING last_sequence_no",
+            [count, run_id.hex if connection.vendor == "sqlite" else run_id],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise Run.DoesNotExist(f"run {run_id} does not exist")
+    return int(row[0])
+
+
+def events_record(
+    *,
+    task: Task,
+    run: Run | None,
+    events: Iterable[PendingEvent],
+    causation_id: str | None = None,
+) -> list[RunEvent]:
+    """Append events to the run's timeline and to the outbox, in the current transaction."""
+    pending = list(events)
+    if not pending:
+        return []
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("events_record must run inside transaction.atomic()")
+    recorded: list[RunEvent] = []
+    outbox: list[OutboxEvent] = []
+    first = 0
+    if run is not None:
+        last = _sequence_reserve(run.id, len(pending))
+        first = last - len(pending) + 1
+        run.last_sequence_no = last
+    for offset, event in enumerate(pending):
+        event_id = uuid.uuid4()
+        sequence = first + offset if run is not None else None
+        payload = envelope(
+            event_id=event_id,
+            type=event.type,
+            task=task,
+            run=run,
+            data=event.data,
+            sequence=sequence,
+            causation_id=causation_id,
+        )
+        if run is not None and sequence is not None:
+            recorded.append(
+                RunEvent(
+                    id=event_id,
+                    run=run,
+                    sequence_no=sequence,
+                    type=event.type,
+                    data=event.data,
+                    actor=event.actor,
+                )
+            )
+        outbox.append(
+            OutboxEvent(
+                event_id=event_id,
+                type=event.type,
+                partition_key=str(run.id if run is not None else task.id),
+                payload=payload,
+            )
+        )
+    RunEvent.objects.bulk_create(recorded)
+    OutboxEvent.objects.bulk_create(outbox)
+    transaction.on_commit(_wake_relay)
+    return recorded
+
+
+def event_record(
+    *,
+    task: Task,
+    run: Run | None,
+    type: str,
+    data: Mapping[str, Any] | None = None,
+    actor: str = "",
+) -> RunEvent | None:
+    """Record one event; see events_record."""
+    recorded = events_record(
+        task=task, run=run, events=[PendingEvent(type=type, data=dict(data or {}), actor=actor)]
+    )
+    return recorded[0] if recorded else None
+
+
+def system_event_record(
+    *, type: str, data: Mapping[str, Any], partition_key: str, workspace_id: int | None = None
+) -> OutboxEvent:
+    """An event about the platform itself (not a task), e.g. a dead-lettered job."""
+    event_id = uuid.uuid4()
+    payload: dict[str, Any] = {
+        "specversion": "1.0",
+        "id": str(event_id),
+        "source": f"{settings.EVENT_SOURCE}/system",
+        "type": type,
+        "subject": partition_key,
+        "time": timezone.now().isoformat().replace("+00:00", "Z"),
+        "datacontenttype": "application/json",
+        "data": dict(data),
+        "eventversion": EVENT_VERSION,
+    }
+    if workspace_id is not None:
+        payload["workspaceid"] = str(workspace_id)
+    row = OutboxEvent.objects.create(
+        event_id=event_id, type=type, partition_key=partition_key, payload=payload
+    )
+    transaction.on_commit(_wake_relay)
+    return row
+
+
+def _wake_relay() -> None:
+    # Imported late: the relay is a consumer of this module, not a dependency of it.
+    from jobs.relay import relay_wake
+
+    relay_wake()
