@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import environ
+from kombu import Queue
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -153,7 +154,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = _env_value("CELERY_TASK_SOFT_TIME_LIMIT", int, 900)
 CELERY_TASK_TIME_LIMIT = _env_value("CELERY_TASK_TIME_LIMIT", int, 960)
 CELERY_TASK_DEFAULT_QUEUE = "agent"
-CELERY_TASK_QUEUES_NAMES = ("agent", "verify", "events", "webhooks")
+# One queue per kind of work, so a flood of one kind never starves another and each can
+# get its own workers: agent steps, verification (test runs), events, webhook intake.
+CELERY_TASK_QUEUES = [Queue(name) for name in ("agent", "verify", "events", "webhooks")]
 CELERY_TASK_CREATE_MISSING_QUEUES = True
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

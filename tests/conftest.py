@@ -1,0 +1,166 @@
+"""Shared fixtures: real services, real worker processes, a generated git repository."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from runs import demo
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTPUT_DIR = ROOT / "test-output"
+
+
+def _reachable(url: str, default_port: int) -> bool:
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1",
+                                       parsed.port or default_port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip service tests when PostgreSQL or Redis is down, unless REQUIRE_SERVICES=1."""
+    missing = [
+        name for name, url, port in (
+            ("PostgreSQL", os.environ["DATABASE_URL"], 5432),
+            ("Redis", os.environ["REDIS_URL"], 6379),
+        ) if not _reachable(url, port)
+    ]
+    if not missing:
+        return
+    message = f"{' and '.join(missing)} unreachable"
+    if os.environ.get("REQUIRE_SERVICES") == "1":
+        raise pytest.UsageError(f"{message}, and REQUIRE_SERVICES=1 makes that an error")
+    skip = pytest.mark.skip(reason=message)
+    for item in items:
+        if "no_services" not in item.keywords:
+            item.add_marker(skip)
+
+
+# --- repositories ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def sample_repo(tmp_path: Path) -> Path:
+    """A bare git repository whose main branch has a failing test."""
+    return demo.sample_repository_create(tmp_path / "origin")
+
+
+@pytest.fixture
+def workspace(db: Any) -> Any:
+    from tests.factories import WorkspaceFactory
+
+    return WorkspaceFactory()
+
+
+@pytest.fixture
+def repository(workspace: Any, sample_repo: Path) -> Any:
+    from tests.factories import RepositoryFactory
+
+    return RepositoryFactory(workspace=workspace, clone_url=str(sample_repo))
+
+
+# --- worker processes -------------------------------------------------------------------------
+
+
+class WorkerProcess:
+    """A real Celery worker (prefork) in its own process group, on the test database."""
+
+    def __init__(self, name: str, log_dir: Path, queues: str, concurrency: int) -> None:
+        self.name = name
+        self.log_path = log_dir / f"worker-{name}.log"
+        db = settings.DATABASES["default"]
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "DATABASE_URL": (
+                f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+            ),
+            "AGENTPLATFORM_VAR_DIR": str(settings.VAR_DIR),
+            "SANDBOX_ROOT": str(settings.SANDBOX_ROOT),
+        }
+        self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "agentplatform", "worker", "-Q", queues,
+             "-c", str(concurrency), "-P", "prefork", "--loglevel", "INFO",
+             "-n", f"{name}-{os.getpid()}@%h", "--without-gossip", "--without-mingle",
+             "--without-heartbeat"],
+            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"worker exited: {self.log_path.read_text()[-3000:]}")
+            if b"ready." in self.log_path.read_bytes():
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"worker not ready: {self.log_path.read_text()[-3000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (parent and children): no cleanup, no ack."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.log.close()
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start real worker processes; all are stopped at teardown. Purges queues first."""
+    from agentplatform.celery import app
+
+    app.control.purge()
+    workers: list[WorkerProcess] = []
+
+    def start(name: str = "w", queues: str = "agent,verify,events,webhooks",
+              concurrency: int = 2) -> WorkerProcess:
+        worker = WorkerProcess(name, tmp_path, queues, concurrency)
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()
+    app.control.purge()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.1,
+             message: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message}")

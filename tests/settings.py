@@ -1,0 +1,21 @@
+"""Test settings: the production shape (PostgreSQL + Redis) with short leases.
+
+DATABASE_URL / REDIS_URL override the local default ports; pytest-django creates the
+test database ``test_<name>`` (or DATABASE_TEST_NAME) and worker processes started by
+the tests are pointed at it.
+"""
+
+import os
+import tempfile
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+os.environ.setdefault("CELERY_BROKER_URL", os.environ["REDIS_URL"])
+os.environ.setdefault("SECRET_KEY", "test-secret-key-that-is-long-enough-for-the-check-0123")
+os.environ.setdefault("RUN_LEASE_SECONDS", "3")
+os.environ.setdefault("RUN_STALL_SECONDS", "5")
+os.environ.setdefault("AGENTPLATFORM_VAR_DIR", tempfile.mkdtemp(prefix="agentplatform-test-"))
+
+from agentplatform.settings import *  # noqa: E402, F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
