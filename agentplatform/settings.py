@@ -20,8 +20,23 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
 
 
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
 def _env_value(name: str, cast: Any, default: Any) -> Any:
     """Read one variable; a value that does not parse fails loudly with its name."""
+    if cast is bool:
+        # django-environ reads any unknown word as False; a typo must not turn DEBUG off
+        # (or a safety switch on) silently.
+        raw = env.str(name, default=None)
+        if raw is None:
+            return default
+        if raw.strip().lower() in _TRUE:
+            return True
+        if raw.strip().lower() in _FALSE:
+            return False
+        raise ImproperlyConfigured(f"Invalid value for {name}: {raw!r} is not a boolean")
     try:
         return env.get_value(name, cast=cast, default=default)
     except (ValueError, TypeError) as exc:
@@ -198,6 +213,33 @@ TASK_DEFAULT_BUDGET = {
     "wall_clock_seconds": _env_value("BUDGET_WALL_CLOCK_SECONDS", int, 3600),
     "cost_usd": _env_value("BUDGET_COST_USD", float, 5.0),
 }
+
+# --- Git provider webhooks ------------------------------------------------------------
+
+# Fallback secrets when a repository has no webhook_secret of its own.
+GITHUB_WEBHOOK_SECRET = _env_value("GITHUB_WEBHOOK_SECRET", str, "")
+GITLAB_WEBHOOK_TOKEN = _env_value("GITLAB_WEBHOOK_TOKEN", str, "")
+# GitHub and GitLab cap payloads at 25 MB; anything larger is refused with 413.
+WEBHOOK_MAX_BYTES = _env_value("WEBHOOK_MAX_BYTES", int, 25 * 1024 * 1024)
+# An issue given this label becomes a task.
+WEBHOOK_AGENT_LABEL = _env_value("WEBHOOK_AGENT_LABEL", str, "agent")
+# Model options (JSON object) for tasks submitted from webhooks; {} uses AGENT_MODEL.
+_webhook_model_options = _env_value("WEBHOOK_TASK_MODEL_OPTIONS", str, "{}")
+try:
+    import json as _json
+
+    WEBHOOK_TASK_MODEL_OPTIONS = _json.loads(_webhook_model_options)
+    if not isinstance(WEBHOOK_TASK_MODEL_OPTIONS, dict):
+        raise ValueError("must be a JSON object")
+except ValueError as exc:
+    raise ImproperlyConfigured(f"Invalid value for WEBHOOK_TASK_MODEL_OPTIONS: {exc}") from exc
+# CI failures on one head commit of an agent PR that may start a follow-up run.
+WEBHOOK_CI_FOLLOWUPS_PER_COMMIT = _env_value("WEBHOOK_CI_FOLLOWUPS_PER_COMMIT", int, 1)
+# GitLab notes carry no access level: only these usernames may give /agent commands.
+GITLAB_COMMAND_USERS = _env_value("GITLAB_COMMAND_USERS", list, [])
+WEBHOOK_PROCESS_MAX_RETRIES = _env_value("WEBHOOK_PROCESS_MAX_RETRIES", int, 5)
+GITHUB_API_URL = _env_value("GITHUB_API_URL", str, "https://api.github.com")
+GITHUB_TOKEN = _env_value("GITHUB_TOKEN", str, "")
 
 # --- Django bits ----------------------------------------------------------------------
 

@@ -1,0 +1,74 @@
+"""``make serve``: web (uvicorn, ASGI), a Celery worker and beat, in the foreground.
+
+Ctrl-C (or SIGTERM) stops all three cleanly. For local use; in production run each
+process under your supervisor of choice (see the README).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = "Run the web server, a worker and beat in the foreground (Ctrl-C stops them)."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+        parser.add_argument("--concurrency", type=int, default=2)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        celery = [sys.executable, "-m", "celery", "-A", "agentplatform"]
+        commands = {
+            "web": [sys.executable, "-m", "uvicorn", "agentplatform.asgi:application",
+                    "--host", options["host"], "--port", str(options["port"])],
+            "worker": [*celery, "worker", "-Q", "agent,verify,events,webhooks",
+                       "-c", str(options["concurrency"]), "--loglevel", "INFO"],
+            "beat": [*celery, "beat", "--loglevel", "INFO",
+                     "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"],
+        }
+        children: dict[str, subprocess.Popen[bytes]] = {}
+        stopping = False
+
+        def stop(signum: int, frame: Any) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        for name, argv in commands.items():
+            # Own process groups: Ctrl-C reaches us once, and we stop each child in order.
+            children[name] = subprocess.Popen(argv, cwd=Path(settings.BASE_DIR),
+                                              start_new_session=True)
+        self.stdout.write(
+            f"agentplatform on http://{options['host']}:{options['port']}/ "
+            f"(admin /admin/, API /api/, docs /api/docs/) — Ctrl-C to stop"
+        )
+        try:
+            while not stopping:
+                exited = [name for name, child in children.items() if child.poll() is not None]
+                if exited:
+                    self.stderr.write(f"{', '.join(exited)} exited; stopping the others")
+                    break
+                time.sleep(0.5)
+        finally:
+            for child in children.values():
+                if child.poll() is None:
+                    os.killpg(child.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 20
+            for child in children.values():
+                try:
+                    child.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    os.killpg(child.pid, signal.SIGKILL)
+                    child.wait()
+        self.stdout.write("stopped")

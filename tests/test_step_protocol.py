@@ -1,0 +1,101 @@
+"""The step protocol: fenced leases, stale and duplicate messages, cancellation."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from runs.engine import (
+    LeaseLost,
+    Outcome,
+    StepContext,
+    lease_acquire,
+    lease_renew,
+    step_commit,
+    step_execute,
+)
+from runs.models import Run, Task
+from runs.services import run_cancel_request
+from tests.factories import TaskFactory
+
+pytestmark = pytest.mark.django_db
+S = Run.Status
+
+
+@pytest.fixture
+def run(repository):
+    task = TaskFactory(workspace=repository.workspace, repository=repository)
+    return Run.objects.create(task=task, run_no=1)
+
+
+def test_a_step_advances_the_run_once(run):
+    assert step_execute(run_id=str(run.id), step_no=0) == S.PREPARING
+    run.refresh_from_db()
+    assert (run.status, run.step_no, run.attempt) == (S.PREPARING, 1, 1)
+    assert run.lease_owner == "" and run.lease_until is None
+
+
+def test_a_duplicate_message_is_a_no_op(run):
+    step_execute(run_id=str(run.id), step_no=0)
+    events = run.events.count()
+    assert step_execute(run_id=str(run.id), step_no=0) == "skipped"
+    run.refresh_from_db()
+    assert (run.status, run.step_no, run.events.count()) == (S.PREPARING, 1, events)
+
+
+def test_a_message_for_a_future_step_is_a_no_op(run):
+    assert step_execute(run_id=str(run.id), step_no=5) == "skipped"
+    run.refresh_from_db()
+    assert run.status == S.QUEUED and run.attempt == 0
+
+
+def test_a_run_leased_by_another_worker_is_left_alone(run):
+    assert lease_acquire(run_id=run.id, step_no=0, owner="other") is not None
+    assert step_execute(run_id=str(run.id), step_no=0) == "skipped"
+    run.refresh_from_db()
+    assert run.lease_owner == "other" and run.status == S.QUEUED
+
+
+def test_a_worker_that_lost_its_lease_writes_nothing(run):
+    lease = lease_acquire(run_id=run.id, step_no=0, owner="stalled")
+    # The lease expires and another worker takes the run (fencing token moves on).
+    Run.objects.filter(pk=run.pk).update(lease_until=timezone.now() - timezone.timedelta(1))
+    assert lease_acquire(run_id=run.id, step_no=0, owner="successor") is not None
+    run.refresh_from_db()
+    events = run.events.count()
+
+    with pytest.raises(LeaseLost):
+        step_commit(StepContext(run, lease), Outcome(to=S.PREPARING))
+
+    run.refresh_from_db()
+    assert (run.status, run.lease_owner, run.events.count()) == (S.QUEUED, "successor", events)
+    assert lease_renew(lease) is None
+
+
+def test_a_heartbeat_returns_the_cancellation_flag(run):
+    lease = lease_acquire(run_id=run.id, step_no=0, owner="w")
+    assert lease_renew(lease) is False
+    Run.objects.filter(pk=run.pk).update(cancel_requested_at=timezone.now())
+    assert lease_renew(lease) is True
+
+
+def test_a_cancelled_run_ends_cancelled_at_its_next_step(run):
+    assert run_cancel_request(run=run, by="alice", reason="wrong repo")
+    assert step_execute(run_id=str(run.id), step_no=0) == S.CANCELLED
+    run.refresh_from_db()
+    assert run.status == S.CANCELLED and run.failure_reason == "cancelled"
+    types = list(run.events.values_list("type", flat=True))
+    assert "agent.run.cancel.requested" in types and "agent.run.cancelled" in types
+    assert Task.objects.get(pk=run.task_id).status == Task.Status.CANCELLED
+    assert run_cancel_request(run=run, by="alice") is False
+
+
+def test_each_state_is_passed_through_in_process(run):
+    statuses = []
+    for _ in range(20):
+        run.refresh_from_db()
+        if run.is_terminal:
+            break
+        statuses.append(step_execute(run_id=str(run.id), step_no=run.step_no))
+    assert statuses == ["preparing", "context_loading", "planning", "running", "verifying",
+                        "judging", "creating_pr", "completed"]
