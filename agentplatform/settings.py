@@ -176,7 +176,9 @@ CELERY_TASK_CREATE_MISSING_QUEUES = True
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = False
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's scheduler, ticking only while it holds the leader lock, so any
+# number of beat processes can run without firing a schedule twice.
+CELERY_BEAT_SCHEDULER = "jobs.beat:LeaderDatabaseScheduler"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_ROUTES = {
     "runs.*": {"queue": "agent"},
@@ -205,6 +207,22 @@ APPROVAL_TTL_SECONDS = _env_value("APPROVAL_TTL_SECONDS", int, 7 * 24 * 3600)
 EVENT_SOURCE = _env_value("EVENT_SOURCE", str, "/agentplatform")
 EVENT_STREAM_NAME = _env_value("EVENT_STREAM_NAME", str, "agent.events.v1")
 EVENT_STREAM_MAXLEN = _env_value("EVENT_STREAM_MAXLEN", int, 100_000)
+# The Redis holding the external event stream (defaults to REDIS_URL).
+EVENT_STREAM_REDIS_URL = _env_value("EVENT_STREAM_REDIS_URL", str, REDIS_URL)
+# Outbox publish retries: exponential from the base, capped, with jitter.
+OUTBOX_RETRY_BASE_SECONDS = _env_value("OUTBOX_RETRY_BASE_SECONDS", float, 1.0)
+OUTBOX_RETRY_MAX_SECONDS = _env_value("OUTBOX_RETRY_MAX_SECONDS", float, 300.0)
+# In-app event consumers (dotted paths to jobs.consumers.Consumer objects).
+EVENT_CONSUMERS = _env_value("EVENT_CONSUMERS", list, [
+    "jobs.consumers.cost.COST_AGGREGATION",
+    "jobs.consumers.notify.SOURCE_NOTIFICATION",
+])
+EVENT_CONSUMER_MAX_RETRIES = _env_value("EVENT_CONSUMER_MAX_RETRIES", int, 5)
+EVENT_CONSUMER_RETRY_BASE_SECONDS = _env_value("EVENT_CONSUMER_RETRY_BASE_SECONDS", float, 2.0)
+# Outgoing HTTP subscriptions: attempts before a delivery is dead-lettered.
+SUBSCRIPTION_MAX_ATTEMPTS = _env_value("SUBSCRIPTION_MAX_ATTEMPTS", int, 8)
+SUBSCRIPTION_RETRY_BASE_SECONDS = _env_value("SUBSCRIPTION_RETRY_BASE_SECONDS", float, 5.0)
+SUBSCRIPTION_TIMEOUT_SECONDS = _env_value("SUBSCRIPTION_TIMEOUT_SECONDS", float, 10.0)
 AGENT_MODEL = _env_value("AGENT_MODEL", str, "scripted")
 TASK_DEFAULT_BUDGET = {
     "agent_attempts": _env_value("BUDGET_AGENT_ATTEMPTS", int, 3),
@@ -213,6 +231,24 @@ TASK_DEFAULT_BUDGET = {
     "wall_clock_seconds": _env_value("BUDGET_WALL_CLOCK_SECONDS", int, 3600),
     "cost_usd": _env_value("BUDGET_COST_USD", float, 5.0),
 }
+
+# The agent's model endpoint (any OpenAI-compatible Chat Completions server) and the
+# git hosting API. Keys and tokens stay in the platform process: never in a sandbox.
+OPENAI_BASE_URL = _env_value("OPENAI_BASE_URL", str, "https://api.openai.com/v1")
+OPENAI_API_KEY = _env_value("OPENAI_API_KEY", str, "")
+OPENAI_DEFAULT_MODEL = _env_value("OPENAI_DEFAULT_MODEL", str, "gpt-4o-mini")
+OPENAI_TIMEOUT_SECONDS = _env_value("OPENAI_TIMEOUT_SECONDS", float, 120.0)
+OPENAI_MAX_RETRIES = _env_value("OPENAI_MAX_RETRIES", int, 4)
+OPENAI_RETRY_BACKOFF_SECONDS = _env_value("OPENAI_RETRY_BACKOFF_SECONDS", float, 1.0)
+# Ask the model for a second opinion (score and verdict) after the rule checks.
+AGENT_MODEL_JUDGE = _env_value("AGENT_MODEL_JUDGE", bool, False)
+GITHUB_API_URL = _env_value("GITHUB_API_URL", str, "https://api.github.com")
+GITHUB_TOKEN = _env_value("GITHUB_TOKEN", str, "")
+GITHUB_TIMEOUT_SECONDS = _env_value("GITHUB_TIMEOUT_SECONDS", float, 30.0)
+# Resource limits of every command run in a sandbox.
+SANDBOX_CPU_SECONDS = _env_value("SANDBOX_CPU_SECONDS", int, 600)
+SANDBOX_MEMORY_BYTES = _env_value("SANDBOX_MEMORY_BYTES", int, 4 * 1024**3)
+SANDBOX_FILE_SIZE_BYTES = _env_value("SANDBOX_FILE_SIZE_BYTES", int, 512 * 1024**2)
 
 # --- Git provider webhooks ------------------------------------------------------------
 

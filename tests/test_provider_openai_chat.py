@@ -1,0 +1,200 @@
+"""The openai provider against a local server that speaks Chat Completions with tools."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from runs.agent.tools import TOOL_SCHEMAS
+from runs.providers import provider_for
+from runs.providers.base import ModelError
+from runs.providers.openai_chat import OpenAIChatProvider
+
+pytestmark = pytest.mark.no_services
+
+Reply = tuple[int, dict[str, str], bytes]
+
+
+class ChatCompletionsServer:
+    """A Chat Completions endpoint in a thread; ``respond`` decides each answer."""
+
+    def __init__(self, respond: Callable[[dict[str, Any], int], Reply]) -> None:
+        self.respond = respond
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with server._lock:
+                    server.requests.append({"path": self.path, **body})
+                    server.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    number = len(server.requests)
+                status, headers, payload = server.respond(body, number)
+                self.send_response(status)
+                for key, value in {"content-type": "application/json", **headers}.items():
+                    self.send_header(key, value)
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> ChatCompletionsServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def completion(content: str = "", tool_calls: list[dict[str, Any]] | None = None,
+               model: str = "gpt-4o-mini", tokens: tuple[int, int] = (120, 30)) -> bytes:
+    """A Chat Completions response body as a real server sends it."""
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if tool_calls:
+        message["tool_calls"] = [
+            {"id": call.get("id", f"call_{n}"), "type": "function",
+             "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}
+            for n, call in enumerate(tool_calls)
+        ]
+    return json.dumps({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": model,
+        "choices": [{"index": 0, "message": message,
+                     "finish_reason": "tool_calls" if tool_calls else "stop"}],
+        "usage": {"prompt_tokens": tokens[0], "completion_tokens": tokens[1],
+                  "total_tokens": sum(tokens)},
+    }).encode()
+
+
+@pytest.fixture
+def chat_server() -> Iterator[Callable[..., ChatCompletionsServer]]:
+    servers: list[ChatCompletionsServer] = []
+
+    def start(respond: Callable[[dict[str, Any], int], Reply]) -> ChatCompletionsServer:
+        server = ChatCompletionsServer(respond).__enter__()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.__exit__()
+
+
+def _provider(server: ChatCompletionsServer, **kwargs: Any) -> OpenAIChatProvider:
+    return OpenAIChatProvider("gpt-4o-mini", base_url=server.base_url, api_key="sk-test-key",
+                              backoff_seconds=0.01, timeout=5, **kwargs)
+
+
+MESSAGES = [
+    {"role": "system", "content": "You are careful."},
+    {"role": "user", "content": "Fix add()."},
+    {"role": "assistant", "content": "Reading.", "tool_calls": []},
+]
+
+
+def test_tool_calls_and_usage_are_parsed(chat_server):
+    server = chat_server(lambda body, n: (200, {}, completion(
+        "Let me read it.",
+        [{"id": "call_a", "name": "read_file", "arguments": {"path": "calc/core.py"}}],
+    )))
+
+    reply = _provider(server).complete(messages=MESSAGES, tools=TOOL_SCHEMAS, purpose="act",
+                                       turn_index=0)
+
+    assert reply.content == "Let me read it."
+    assert [(c.id, c.name, c.arguments) for c in reply.tool_calls] == [
+        ("call_a", "read_file", {"path": "calc/core.py"})]
+    assert (reply.usage.tokens_in, reply.usage.tokens_out) == (120, 30)
+    sent = server.requests[0]
+    assert sent["path"] == "/v1/chat/completions"
+    assert sent["model"] == "gpt-4o-mini"
+    assert {t["function"]["name"] for t in sent["tools"]} >= {"read_file", "finish"}
+    # An empty tool_calls list is not valid on the wire.
+    assert "tool_calls" not in sent["messages"][2]
+    assert server.headers[0]["authorization"] == "Bearer sk-test-key"
+
+
+def test_rate_limit_is_retried_then_succeeds(chat_server):
+    def respond(body: dict[str, Any], n: int) -> Reply:
+        if n == 1:
+            return 429, {"retry-after": "0"}, b'{"error": {"message": "slow down"}}'
+        if n == 2:
+            return 503, {}, b'{"error": {"message": "overloaded"}}'
+        return 200, {}, completion("done")
+
+    server = chat_server(respond)
+    reply = _provider(server).complete(messages=MESSAGES, tools=[], purpose="plan",
+                                       turn_index=0)
+
+    assert reply.content == "done"
+    assert len(server.requests) == 3
+
+
+def test_persistent_server_errors_are_retryable_model_errors(chat_server):
+    server = chat_server(lambda body, n: (500, {}, b'{"error": {"message": "boom"}}'))
+
+    with pytest.raises(ModelError) as raised:
+        _provider(server, max_retries=2).complete(messages=MESSAGES, tools=[], purpose="act",
+                                                  turn_index=0)
+
+    assert raised.value.retryable is True
+    assert len(server.requests) == 3
+
+
+@pytest.mark.parametrize("body", [
+    b"this is not json",
+    b'{"id": "x", "object": "chat.completion", "choices": []}',
+    json.dumps({"choices": [{"message": {"role": "assistant", "tool_calls": [
+        {"id": "c", "type": "function",
+         "function": {"name": "read_file", "arguments": "{not json"}}]}}]}).encode(),
+], ids=["not-json", "no-choices", "broken-arguments"])
+def test_malformed_reply_fails_clearly_without_retry(chat_server, body):
+    server = chat_server(lambda _, n: (200, {}, body))
+
+    with pytest.raises(ModelError) as raised:
+        _provider(server).complete(messages=MESSAGES, tools=TOOL_SCHEMAS, purpose="act",
+                                   turn_index=0)
+
+    assert raised.value.retryable is False
+    assert "malformed" in str(raised.value) or "not JSON" in str(raised.value)
+    assert len(server.requests) == 1
+
+
+def test_client_errors_are_not_retried(chat_server):
+    server = chat_server(lambda _, n: (401, {}, b'{"error": {"message": "bad key"}}'))
+
+    with pytest.raises(ModelError) as raised:
+        _provider(server).complete(messages=MESSAGES, tools=[], purpose="act", turn_index=0)
+
+    assert raised.value.retryable is False
+    assert len(server.requests) == 1
+
+
+def test_agent_model_setting_selects_the_model(settings, chat_server):
+    server = chat_server(lambda _, n: (200, {}, completion("ok", model="llama3")))
+    settings.OPENAI_BASE_URL = server.base_url
+
+    provider = provider_for("openai:llama3")
+    reply = provider.complete(messages=MESSAGES, tools=[], purpose="plan", turn_index=0)
+
+    assert provider.model == "llama3"
+    assert server.requests[0]["model"] == "llama3"
+    assert reply.model == "llama3"
