@@ -60,9 +60,9 @@ def zombies_reap(*, limit: int = 100) -> ReapReport:
                 report.failed += 1
                 continue
             # Compare-and-set on the fencing token: a worker that renewed meanwhile wins.
-            cleared = Run.objects.filter(pk=run.pk, attempt=run.attempt, lease_until__lt=now).update(
-                lease_owner="", lease_until=None, recoveries=F("recoveries") + 1,
-            )
+            cleared = Run.objects.filter(
+                pk=run.pk, attempt=run.attempt, lease_until__lt=now
+            ).update(lease_owner="", lease_until=None, recoveries=F("recoveries") + 1)
             if not cleared:
                 continue
             events_record(task=run.task, run=run, events=[

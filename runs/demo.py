@@ -9,7 +9,9 @@ from typing import Any
 
 SAMPLE_FILES = {
     "README.md": "# calc\n\nA tiny calculator package.\n",
-    "calc/__init__.py": "from calc.core import add, multiply\n\n__all__ = [\"add\", \"multiply\"]\n",
+    "calc/__init__.py": (
+        'from calc.core import add, multiply\n\n__all__ = ["add", "multiply"]\n'
+    ),
     "calc/core.py": (
         '"""Arithmetic."""\n\n\n'
         "def add(a: int, b: int) -> int:\n"
