@@ -9,6 +9,14 @@ from runs.agent.sandbox import LocalSandbox, SandboxError
 from runs.models import Repository
 
 
+class GitProviderError(Exception):
+    """The git host failed; ``retryable`` says whether the saga step may be repeated."""
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
 @dataclass
 class PullRequestInfo:
     number: int | None
