@@ -275,8 +275,6 @@ WEBHOOK_CI_FOLLOWUPS_PER_COMMIT = _env_value("WEBHOOK_CI_FOLLOWUPS_PER_COMMIT", 
 # GitLab notes carry no access level: only these usernames may give /agent commands.
 GITLAB_COMMAND_USERS = _env_value("GITLAB_COMMAND_USERS", list, [])
 WEBHOOK_PROCESS_MAX_RETRIES = _env_value("WEBHOOK_PROCESS_MAX_RETRIES", int, 5)
-GITHUB_API_URL = _env_value("GITHUB_API_URL", str, "https://api.github.com")
-GITHUB_TOKEN = _env_value("GITHUB_TOKEN", str, "")
 
 # --- Django bits ----------------------------------------------------------------------
 

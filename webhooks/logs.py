@@ -1,0 +1,5 @@
+"""The webhooks app's structured logger."""
+
+import structlog
+
+log = structlog.get_logger("agentplatform.webhooks")

@@ -1,0 +1,33 @@
+"""Prometheus metrics of webhook intake and processing (default registry)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+# Refused before anything is stored: the counter is the only trace besides a log line.
+signature_failures = Counter(
+    "agentplatform_webhook_signature_failures_total",
+    "Webhook deliveries refused for a missing, malformed or wrong signature or token.",
+    ["provider", "reason"],
+)
+deliveries = Counter(
+    "agentplatform_webhook_deliveries_total",
+    "Webhook deliveries by intake outcome (accepted, duplicate, too_large, malformed...).",
+    ["provider", "outcome"],
+)
+processed = Counter(
+    "agentplatform_webhook_processed_total",
+    "Processed webhook receipts by final status (processed, ignored, failed).",
+    ["provider", "status"],
+)
+intake_seconds = Histogram(
+    "agentplatform_webhook_intake_seconds",
+    "Time from request to response for accepted deliveries.",
+    ["provider"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+processing_seconds = Histogram(
+    "agentplatform_webhook_processing_seconds",
+    "Time to process one receipt.",
+    ["provider"],
+)
