@@ -1,36 +1,576 @@
-from django.contrib import admin
+"""The operator console for tenants, tasks and runs.
 
-from runs.models import Repository, Run, RunEvent, Task, Workspace
+Lists never query per row (related rows come with ``list_select_related``, large
+columns are deferred) and never count huge tables. Operators act through actions that
+call ``runs.services``; each action is recorded on the run's timeline
+(``agent.run.operator_action``, with the operator as actor) and in the admin's history.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib import admin
+from django.core.cache import cache
+from django.db import transaction
+from django.db.models import Count, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.views.decorators.http import require_POST
+
+from jobs.admin import OperatorAdmin, age_text, is_operator, pretty_json, since
+from runs import services
+from runs.models import (
+    ApiToken,
+    Artifact,
+    Membership,
+    Repository,
+    Run,
+    RunEvent,
+    Task,
+    Workspace,
+)
+from runs.state import ACTIVE, TERMINAL
+from runs.timeline import event_record
+
+OPERATOR_ACTION_EVENT = "agent.run.operator_action"
+TIMELINE_LIMIT = 2000
+ARTIFACT_DISPLAY_LIMIT = 200_000
+
+S = Run.Status
+
+# The phase a run is in while it has a status; the run page groups its timeline by it.
+PHASE_OF_STATUS: dict[str, str] = {
+    S.QUEUED: "setup",
+    S.PREPARING: "setup",
+    S.CONTEXT_LOADING: "setup",
+    S.PLANNING: "planning",
+    S.RUNNING: "editing",
+    S.VERIFYING: "verification",
+    S.JUDGING: "judging",
+    S.AWAITING_APPROVAL: "approval",
+    S.CREATING_PR: "PR",
+    S.COMPLETED: "outcome",
+    S.FAILED: "outcome",
+    S.CANCELLED: "outcome",
+    S.TIMED_OUT: "outcome",
+}
+
+STATUS_TONE: dict[str, str] = {
+    S.COMPLETED: "ok", S.FAILED: "bad", S.TIMED_OUT: "bad", S.CANCELLED: "muted",
+    S.AWAITING_APPROVAL: "wait",
+}
+
+
+def status_badge(status: str) -> str:
+    return format_html('<span class="console-badge console-{}">{}</span>',
+                       STATUS_TONE.get(status, "active"), status)
+
+
+# --- tenants ---------------------------------------------------------------------------------
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ("user",)
 
 
 @admin.register(Workspace)
-class WorkspaceAdmin(admin.ModelAdmin):
-    list_display = ("slug", "name", "max_active_runs")
+class WorkspaceAdmin(OperatorAdmin):
+    list_display = ("slug", "name", "max_active_runs", "daily_cost_budget_usd", "created_at")
+    search_fields = ("slug", "name")
+    inlines = [MembershipInline]
 
 
 @admin.register(Repository)
-class RepositoryAdmin(admin.ModelAdmin):
-    list_display = ("name", "workspace", "provider", "default_branch")
+class RepositoryAdmin(OperatorAdmin):
+    list_display = ("name", "workspace", "provider", "external_id", "default_branch",
+                    "max_active_runs")
     list_select_related = ("workspace",)
+    list_filter = ("provider", "workspace")
+    search_fields = ("name", "external_id", "clone_url")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return ("webhook_secret_state",)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_fields(request, obj))
+        # The secret is write-only for operators who may not edit: show whether it is set.
+        if not request.user.is_superuser and "webhook_secret" in fields:
+            fields.remove("webhook_secret")
+        return fields
+
+    @admin.display(description="webhook secret")
+    def webhook_secret_state(self, obj: Repository) -> str:
+        return "set" if obj.webhook_secret else "not set"
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(OperatorAdmin):
+    list_display = ("prefix", "user", "name", "created_at", "last_used_at", "revoked_at")
+    list_select_related = ("user",)
+    search_fields = ("prefix", "user__username", "name")
+    readonly_fields = ("prefix", "key_hash", "created_at", "last_used_at")
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+
+class RunInline(admin.TabularInline):
+    model = Run
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    fields = ("run_no", "status", "failure_reason", "cost_usd", "created_at", "finished_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).defer("checkpoint", "failure_detail", "feedback")
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
-    list_display = ("id", "repository", "status", "source", "created_at")
-    list_select_related = ("repository",)
-    list_filter = ("status", "source")
+class TaskAdmin(OperatorAdmin):
+    list_display = ("short_instruction", "repository", "workspace", "status", "source",
+                    "execution_mode", "priority", "requested_by", "created_at")
+    list_select_related = ("repository", "workspace")
+    list_filter = ("status", "source", "execution_mode", "risk_level", "workspace")
+    search_fields = ("=id", "instruction", "requested_by", "idempotency_key")
+    ordering = ("-created_at",)
+    inlines = [RunInline]
+    actions = ["retry_tasks"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).defer("model_options", "pending_feedback")
+
+    @admin.display(description="instruction")
+    def short_instruction(self, obj: Task) -> str:
+        return obj.instruction[:80]
+
+    @admin.action(description="Retry selected tasks (new run)", permissions=["operate"])
+    def retry_tasks(self, request: HttpRequest, queryset: QuerySet) -> None:
+        by = request.user.get_username()
+
+        def operation(task: Task) -> tuple[bool, str]:
+            try:
+                run = services.task_retry(task=task, by=by)
+            except services.CommandRefused as refused:
+                return False, refused.message
+            run_operator_action_record(run=run, action="retry", by=by, outcome="done")
+            return True, f"run {run.run_no}"
+
+        self.act(request, queryset, verb="Retry", operation=operation)
 
 
-class RunEventInline(admin.TabularInline):
-    model = RunEvent
-    extra = 0
-    can_delete = False
-    readonly_fields = ("sequence_no", "type", "data", "actor", "created_at")
+# --- runs: list --------------------------------------------------------------------------------
+
+
+class StuckFilter(admin.SimpleListFilter):
+    title = "liveness"
+    parameter_name = "liveness"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("stuck", "stuck (lease expired)"),
+                ("stalled", "stalled (no lease, no progress)"),
+                ("leased", "held by a worker")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        now = timezone.now()
+        if self.value() == "stuck":
+            return queryset.filter(status__in=ACTIVE, lease_until__lt=now)
+        if self.value() == "stalled":
+            cutoff = now - timedelta(seconds=settings.RUN_STALL_SECONDS)
+            return queryset.filter(status__in=ACTIVE, lease_until__isnull=True,
+                                   status_changed_at__lt=cutoff).exclude(
+                status=S.AWAITING_APPROVAL)
+        if self.value() == "leased":
+            return queryset.filter(status__in=ACTIVE, lease_until__gte=now)
+        return queryset
+
+
+class FailureReasonFilter(admin.SimpleListFilter):
+    title = "failure reason"
+    parameter_name = "failure_reason"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        # DISTINCT scans the table; the reason codes change rarely, so a minute of
+        # caching keeps the list page cheap.
+        reasons = cache.get("console:run_failure_reasons")
+        if reasons is None:
+            reasons = sorted(
+                Run.objects.exclude(failure_reason="").order_by()
+                .values_list("failure_reason", flat=True).distinct()[:100]
+            )
+            cache.set("console:run_failure_reasons", reasons, 60)
+        return [(reason, reason) for reason in reasons]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value():
+            return queryset.filter(failure_reason=self.value())
+        return queryset
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
-    list_display = ("id", "task", "run_no", "status", "attempt", "recoveries", "created_at")
-    list_select_related = ("task",)
-    list_filter = ("status",)
-    inlines = [RunEventInline]
+class RunAdmin(OperatorAdmin):
+    list_display = ("short_id", "status_col", "repository", "task_col", "age", "in_state",
+                    "heartbeat", "attempts", "cost", "failure_reason")
+    list_select_related = ("task__repository", "task__workspace")
+    list_filter = ("status", StuckFilter, FailureReasonFilter,
+                   ("task__repository", admin.RelatedOnlyFieldListFilter),
+                   ("task__workspace", admin.RelatedOnlyFieldListFilter))
+    search_fields = ("=id", "=task__id", "task__instruction", "task__repository__name",
+                     "branch", "failure_reason", "cancel_requested_by")
+    ordering = ("-created_at",)
+    change_form_template = "admin/runs/run/change_form.html"
+    actions = ["cancel_runs", "retry_runs", "approve_runs", "reject_runs"]
+    readonly_fields = ("id", "task", "run_no", "status", "status_changed_at", "step_no",
+                       "lease_owner", "lease_until", "heartbeat_at", "attempt", "recoveries",
+                       "retries", "cancel_requested_at", "cancel_requested_by",
+                       "cancel_reason", "base_commit", "branch", "model_profile", "tokens_in",
+                       "tokens_out", "cost_usd", "failure_reason", "failure_detail",
+                       "feedback", "last_sequence_no", "created_at", "started_at",
+                       "finished_at", "checkpoint_pretty")
+    exclude = ("checkpoint",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        queryset = super().get_queryset(request)
+        if request.resolver_match and request.resolver_match.url_name == "runs_run_changelist":
+            # The list shows none of these; the checkpoint alone can be megabytes.
+            queryset = queryset.defer("checkpoint", "failure_detail", "feedback",
+                                      "task__model_options", "task__usage",
+                                      "task__pending_feedback", "task__budget",
+                                      "task__source_ref")
+        return queryset
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Runs change only through the state machine; raw edits would bypass the fence.
+        return False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.display(description="run", ordering="created_at")
+    def short_id(self, obj: Run) -> str:
+        return f"{str(obj.id)[:8]} #{obj.run_no}"
+
+    @admin.display(description="status", ordering="status")
+    def status_col(self, obj: Run) -> str:
+        return status_badge(obj.status)
+
+    @admin.display(description="repository")
+    def repository(self, obj: Run) -> str:
+        return obj.task.repository.name
+
+    @admin.display(description="task")
+    def task_col(self, obj: Run) -> str:
+        url = reverse("admin:runs_task_change", args=[obj.task_id])
+        return format_html('<a href="{}" title="{}">{}</a>', url, obj.task.instruction[:500],
+                           obj.task.instruction[:60])
+
+    @admin.display(description="age", ordering="created_at")
+    def age(self, obj: Run) -> str:
+        return since(obj.created_at)
+
+    @admin.display(description="in state", ordering="status_changed_at")
+    def in_state(self, obj: Run) -> str:
+        return since(obj.status_changed_at)
+
+    @admin.display(description="heartbeat / lease")
+    def heartbeat(self, obj: Run) -> str:
+        if obj.status in TERMINAL:
+            return "-"
+        beat = since(obj.heartbeat_at)
+        if obj.lease_until is None:
+            return format_html("{} · no lease", beat)
+        left = (obj.lease_until - timezone.now()).total_seconds()
+        if left < 0:
+            return format_html('{} · <span class="console-alert">lease expired {} ago</span>',
+                               beat, age_text(-left))
+        return format_html("{} · lease {} left", beat, age_text(left))
+
+    @admin.display(description="attempts")
+    def attempts(self, obj: Run) -> str:
+        return f"{obj.attempt} (rec {obj.recoveries}, retry {obj.retries})"
+
+    @admin.display(description="cost", ordering="cost_usd")
+    def cost(self, obj: Run) -> str:
+        return f"${obj.cost_usd:.4f}"
+
+    @admin.display(description="checkpoint")
+    def checkpoint_pretty(self, obj: Run) -> str:
+        return pretty_json(obj.checkpoint)
+
+    # --- actions ---------------------------------------------------------------------------
+
+    def _run_act(self, request: HttpRequest, queryset: Any, *, verb: str, action: str,
+                 command: Callable[[Run, str], tuple[bool, str]]) -> None:
+        by = request.user.get_username()
+
+        def operation(run: Run) -> tuple[bool, str]:
+            try:
+                done, note = command(run, by)
+            except services.CommandRefused as refused:
+                done, note = False, refused.message
+            run_operator_action_record(run=run, action=action, by=by,
+                                       outcome="done" if done else "refused", note=note)
+            return done, note
+
+        self.act(request, queryset, verb=verb, operation=operation)
+
+    @admin.action(description="Cancel selected runs", permissions=["operate"])
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
+        reason = request.POST.get("comment", "") or "cancelled from the admin"
+
+        def command(run: Run, by: str) -> tuple[bool, str]:
+            done = services.run_cancel_request(run=run, by=by, reason=reason)
+            return done, "" if done else f"already {run.status}"
+
+        self._run_act(request, queryset.select_related("task"), verb="Cancel",
+                      action="cancel", command=command)
+
+    @admin.action(description="Retry selected runs' tasks (new run)", permissions=["operate"])
+    def retry_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
+        def command(run: Run, by: str) -> tuple[bool, str]:
+            new = services.task_retry(task=run.task, by=by)
+            return True, f"started run {new.run_no}"
+
+        self._run_act(request, queryset.select_related("task"), verb="Retry",
+                      action="retry", command=command)
+
+    @admin.action(description="Approve selected runs' patches", permissions=["operate"])
+    def approve_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
+        comment = request.POST.get("comment", "")
+
+        def command(run: Run, by: str) -> tuple[bool, str]:
+            services.run_approve(run=run, by=by, comment=comment)
+            return True, ""
+
+        self._run_act(request, queryset.select_related("task"), verb="Approve",
+                      action="approve", command=command)
+
+    @admin.action(description="Reject selected runs' patches", permissions=["operate"])
+    def reject_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
+        comment = request.POST.get("comment", "")
+
+        def command(run: Run, by: str) -> tuple[bool, str]:
+            services.run_reject(run=run, by=by, comment=comment)
+            return True, ""
+
+        self._run_act(request, queryset.select_related("task"), verb="Reject",
+                      action="reject", command=command)
+
+    # --- the run page ----------------------------------------------------------------------
+
+    def get_urls(self) -> list[Any]:
+        operate = self.admin_site.admin_view(require_POST(self.operate_view))
+        return [
+            path("<uuid:object_id>/operate/<str:action>/", operate,
+                 name="runs_run_operate"),
+            *super().get_urls(),
+        ]
+
+    RUN_PAGE_ACTIONS: dict[str, str] = {"cancel": "cancel_runs", "retry": "retry_runs",
+                                        "approve": "approve_runs", "reject": "reject_runs"}
+
+    def operate_view(self, request: HttpRequest, object_id: Any, action: str) -> HttpResponse:
+        """The run page's buttons: the same actions as the list, for one run."""
+        name = self.RUN_PAGE_ACTIONS.get(action)
+        if name is None or not self.has_operate_permission(request):
+            return HttpResponse("not allowed", status=403)
+        get_object_or_404(Run, pk=object_id)
+        getattr(self, name)(request, Run.objects.filter(pk=object_id))
+        return HttpResponseRedirect(reverse("admin:runs_run_change", args=[object_id]))
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        run = (Run.objects.select_related("task__repository", "task__workspace")
+               .filter(pk=object_id).first()) if _is_uuid(object_id) else None
+        context = dict(extra_context or {})
+        if run is not None:
+            context["console"] = run_console(run)
+            context["can_operate"] = is_operator(request.user)
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def run_operator_action_record(*, run: Run, action: str, by: str, outcome: str,
+                               note: str = "") -> None:
+    """Put an operator's action on the run's timeline, with the operator as actor."""
+    with transaction.atomic():
+        event_record(
+            task=run.task, run=run, type=OPERATOR_ACTION_EVENT,
+            data={"action": action, "by": by, "outcome": outcome, "note": note[:500],
+                  "via": "admin"},
+            actor=by,
+        )
+
+
+# --- the run page's content ---------------------------------------------------------------------
+
+
+@dataclass
+class Phase:
+    name: str
+    events: list[RunEvent] = field(default_factory=list)
+
+
+@dataclass
+class Budget:
+    name: str
+    used: float
+    limit: float
+    unit: str = ""
+
+    @property
+    def percent(self) -> int:
+        if self.limit <= 0:
+            return 0
+        return min(100, round(self.used / self.limit * 100))
+
+    @property
+    def tone(self) -> str:
+        return "bad" if self.percent >= 90 else "warn" if self.percent >= 70 else "ok"
+
+    @property
+    def label(self) -> str:
+        if self.unit == "$":
+            return f"${self.used:.4f} of ${self.limit:.2f}"
+        if self.unit == "s":
+            return f"{age_text(self.used)} of {age_text(self.limit)}"
+        return f"{self.used:g} of {self.limit:g}"
+
+
+def timeline_phases(events: list[RunEvent]) -> list[Phase]:
+    """Group events by the phase the run was in when each happened, in sequence order.
+
+    A step's events are recorded before the status change that ends it, so the status
+    is updated after an ``agent.run.status.changed`` event is placed.
+    """
+    phases: list[Phase] = []
+    status = S.QUEUED
+    for event in events:
+        if event.type == "agent.run.status.changed":
+            status = event.data.get("to", status)
+        name = PHASE_OF_STATUS.get(status, status)
+        if not phases or phases[-1].name != name:
+            phases.append(Phase(name))
+        phases[-1].events.append(event)
+    return phases
+
+
+def diff_lines(text: str) -> list[tuple[str, str]]:
+    """Each diff line with its CSS class (add, del, hunk, file, ctx)."""
+    lines = []
+    for line in text.splitlines():
+        if line.startswith(("+++", "---", "diff --git", "index ")):
+            tone = "file"
+        elif line.startswith("@@"):
+            tone = "hunk"
+        elif line.startswith("+"):
+            tone = "add"
+        elif line.startswith("-"):
+            tone = "del"
+        else:
+            tone = "ctx"
+        lines.append((tone, line))
+    return lines
+
+
+def _artifact_text(artifact: Artifact | None) -> str:
+    if artifact is None:
+        return ""
+    text = artifact.content
+    if len(text) > ARTIFACT_DISPLAY_LIMIT:
+        return text[:ARTIFACT_DISPLAY_LIMIT] + f"\n… ({len(text)} characters, truncated)"
+    return text
+
+
+def finding_text(finding: Any) -> str:
+    """One judge finding as a line: ``[severity] rule: message (other fields)``."""
+    if not isinstance(finding, dict):
+        return str(finding)
+    rest = {k: v for k, v in finding.items() if k not in ("severity", "rule", "message")}
+    text = f"[{finding.get('severity', 'info')}] {finding.get('rule', 'finding')}"
+    if finding.get("message"):
+        text += f": {finding['message']}"
+    if rest:
+        text += " (" + ", ".join(f"{k}={v}" for k, v in rest.items()) + ")"
+    return text
+
+
+def run_budgets(run: Run) -> list[Budget]:
+    """Usage against each of the task's budgets: cumulative over its runs, as enforced."""
+    task = run.task
+    usage = task.usage or {}
+    checkpoint = run.checkpoint or {}
+    end = run.finished_at or timezone.now()
+    wall = (end - (run.started_at or run.created_at)).total_seconds() \
+        if run.status not in TERMINAL else 0.0
+    turns = task.runs.aggregate(n=Count("model_turns"))["n"] or 0
+    return [
+        Budget("cost", float(usage.get("cost_usd", 0)) + float(run.cost_usd),
+               task.budget_limit("cost_usd"), "$"),
+        Budget("model turns", float(turns), task.budget_limit("model_turns")),
+        Budget("agent attempts", float(checkpoint.get("attempt_no", 1 if run.started_at else 0)),
+               task.budget_limit("agent_attempts")),
+        Budget("tool failures", float(checkpoint.get("tool_failures", 0)),
+               task.budget_limit("tool_retries")),
+        Budget("wall clock", float(usage.get("wall_clock_seconds", 0)) + wall,
+               task.budget_limit("wall_clock_seconds"), "s"),
+    ]
+
+
+def run_console(run: Run) -> dict[str, Any]:
+    """Everything the run page shows, in a bounded number of queries."""
+    events = list(run.events.order_by("sequence_no")[:TIMELINE_LIMIT])
+    patches = list(run.patches.select_related("diff_artifact").order_by("attempt_no"))
+    verifications = list(run.verifications.select_related("log_artifact", "patch")
+                         .order_by("created_at"))
+    return {
+        "run": run,
+        "status_badge": status_badge(run.status),
+        "phases": timeline_phases(events),
+        "events_truncated": run.last_sequence_no > len(events),
+        "tool_calls": list(run.tool_calls.order_by("step_no", "turn_no", "id")),
+        "model_turns": list(run.model_turns.order_by("step_no", "turn_no")),
+        "patches": [
+            {"patch": p, "lines": diff_lines(_artifact_text(p.diff_artifact))} for p in patches
+        ],
+        "verifications": [
+            {"verification": v, "log": _artifact_text(v.log_artifact)} for v in verifications
+        ],
+        "judgements": [
+            {"judgement": j, "findings": [finding_text(f) for f in j.findings or []]}
+            for j in run.judgements.select_related("patch").order_by("created_at")
+        ],
+        "approvals": list(run.approvals.order_by("requested_at")),
+        "pull_requests": list(run.task.pull_requests.all()),
+        "budgets": run_budgets(run),
+        "totals": {"tokens_in": run.tokens_in, "tokens_out": run.tokens_out,
+                   "cost": run.cost_usd},
+        "is_active": run.status in ACTIVE,
+        "awaiting_approval": run.status == S.AWAITING_APPROVAL,
+        "lease_expired": bool(run.lease_until and run.lease_until < timezone.now()
+                              and run.status in ACTIVE),
+    }

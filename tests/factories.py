@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import factory
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from runs import demo
 from runs.models import Repository, Task, Workspace
@@ -49,3 +50,46 @@ class TaskFactory(factory.django.DjangoModelFactory):
     instruction = "Fix add()"
     model_options = factory.LazyFunction(lambda: {"provider": "scripted",
                                                   "script": demo.fix_script()})
+
+
+class RunFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "runs.Run"
+
+    task = factory.SubFactory(TaskFactory)
+    run_no = factory.Sequence(lambda n: n + 1)
+
+
+class DeadLetterFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "jobs.DeadLetter"
+
+    task_name = "jobs.outbox_relay"
+    task_id = factory.Faker("uuid4")
+    exception = "ConnectionError: broker went away"
+    traceback = "Traceback (most recent call last):\n  ...\nConnectionError: broker went away"
+    attempts = 5
+    first_failed_at = factory.LazyFunction(timezone.now)
+    last_failed_at = factory.LazyFunction(timezone.now)
+
+
+class OutboxEventFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "jobs.OutboxEvent"
+
+    type = "agent.run.queued"
+    partition_key = factory.Faker("uuid4")
+    payload = factory.LazyAttribute(lambda o: {"specversion": "1.0", "type": o.type})
+
+
+class WebhookReceiptFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = "webhooks.WebhookReceipt"
+
+    provider = "github"
+    delivery_id = factory.Faker("uuid4")
+    event = "issues"
+    action = "labeled"
+    headers = factory.LazyFunction(lambda: {"X-GitHub-Event": "issues",
+                                            "X-Hub-Signature-256": "sha256=abc"})
+    payload = factory.LazyFunction(lambda: {"action": "labeled", "issue": {"number": 1}})

@@ -1,0 +1,340 @@
+"""Operator views of the delivery tables, and the pieces every console page shares.
+
+The queue tables (outbox, processed events, dead letters) are read-only here: rows change
+only through actions, and every action goes through a service and leaves a LogEntry with
+the operator's name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.conf import settings
+from django.contrib import admin, messages
+from django.core.paginator import Paginator
+from django.db import DatabaseError, connection, transaction
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.functional import cached_property
+from django.utils.html import format_html
+
+from jobs.models import DeadLetter, OutboxEvent, ProcessedEvent
+
+# --- shared by every console page ------------------------------------------------------------
+
+# Below this many rows an exact COUNT(*) is cheap and the estimate is too coarse.
+EXACT_COUNT_BELOW = 10_000
+
+
+def operator_group_name() -> str:
+    return getattr(settings, "ADMIN_OPERATOR_GROUP", "operators")
+
+
+def is_operator(user: Any) -> bool:
+    """Staff who may run console actions: superusers and members of the operator group."""
+    if not (user.is_active and user.is_staff):
+        return False
+    if user.is_superuser:
+        return True
+    # Cached on the user object: the permission checks run many times per page.
+    cached = getattr(user, "_console_operator", None)
+    if cached is None:
+        cached = user.groups.filter(name=operator_group_name()).exists()
+        user._console_operator = cached
+    return bool(cached)
+
+
+def table_row_estimate(model: type[Model]) -> int | None:
+    """The planner's row estimate for a table (PostgreSQL), without scanning it."""
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+            [model._meta.db_table],
+        )
+        row = cursor.fetchone()
+    if row is None or row[0] is None or row[0] < 0:  # -1: never analyzed
+        return None
+    return int(row[0])
+
+
+class EstimatedCountPaginator(Paginator):
+    """A paginator that never runs COUNT(*) over a huge table.
+
+    Unfiltered lists of large tables use pg_class.reltuples; filtered lists count
+    exactly but under a short statement timeout, falling back to the estimate. Pages
+    past the estimate simply come back empty, which is the price of not counting.
+    """
+
+    count_timeout_ms = 200
+
+    @cached_property
+    def count(self) -> int:  # type: ignore[override]
+        queryset = self.object_list
+        if not isinstance(queryset, QuerySet):
+            return len(queryset)
+        estimate = table_row_estimate(queryset.model)
+        if estimate is not None and estimate >= EXACT_COUNT_BELOW:
+            if not queryset.query.where:
+                return estimate
+            try:
+                with transaction.atomic(), connection.cursor() as cursor:
+                    # SET LOCAL ends with this savepoint's transaction; nothing leaks.
+                    cursor.execute(f"SET LOCAL statement_timeout = {int(self.count_timeout_ms)}")
+                    return queryset.count()
+            except DatabaseError:
+                return estimate
+        return queryset.count()
+
+
+class OperatorAdmin(admin.ModelAdmin):
+    """Staff may look; operators may act; only superusers may edit raw rows.
+
+    Actions declare ``permissions=["operate"]``; every action reports what it changed
+    and writes a LogEntry through ``audit``.
+    """
+
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    list_per_page = 50
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return super().has_module_permission(request) or is_operator(request.user)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return super().has_view_permission(request, obj) or is_operator(request.user)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_superuser
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.is_superuser
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        return is_operator(request.user)
+
+    def audit(self, request: HttpRequest, obj: Model, message: str) -> None:
+        """Record an operator action in the admin's history of the row."""
+        self.log_change(request, obj, message)
+
+    def act(
+        self,
+        request: HttpRequest,
+        queryset: Iterable[Any],
+        *,
+        verb: str,
+        operation: Callable[[Any], tuple[bool, str]],
+    ) -> None:
+        """Apply ``operation`` row by row; report changed/skipped counts to the operator.
+
+        ``operation`` returns (changed, note); each row is audited either way, so the
+        history shows refused attempts too.
+        """
+        changed = skipped = 0
+        notes: list[str] = []
+        for obj in queryset:
+            done, note = operation(obj)
+            self.audit(request, obj, f"{verb}: {'done' if done else 'skipped'}"
+                                     f"{' (' + note + ')' if note else ''}")
+            if done:
+                changed += 1
+            else:
+                skipped += 1
+                if note and len(notes) < 5:
+                    notes.append(f"{obj}: {note}")
+        if changed:
+            self.message_user(request, f"{verb}: {changed} row(s) changed.", messages.SUCCESS)
+        if skipped:
+            detail = "; ".join(notes)
+            self.message_user(
+                request, f"{verb}: {skipped} row(s) left unchanged. {detail}".strip(),
+                messages.WARNING,
+            )
+
+
+class ReadOnlyQueueAdmin(OperatorAdmin):
+    """A queue table: nobody edits or adds rows by hand, not even a superuser."""
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+def pretty_json(value: Any) -> str:
+    """JSON indented for reading, inside a <pre>."""
+    text = json.dumps(value, indent=2, sort_keys=True, default=str)
+    return format_html('<pre class="console-json">{}</pre>', text)
+
+
+def age_text(seconds: float | None) -> str:
+    """A short human duration: 42s, 7m, 3h, 2d."""
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}" if seconds < size * 10 else \
+                f"{int(seconds // size)}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def since(value: Any) -> str:
+    return age_text((timezone.now() - value).total_seconds()) if value else "-"
+
+
+# --- outbox -------------------------------------------------------------------------------
+
+
+class OutboxStateFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("pending", "pending"), ("failing", "failing (retried, with error)"),
+                ("published", "published")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "pending":
+            return queryset.filter(published_at__isnull=True)
+        if self.value() == "failing":
+            return queryset.filter(published_at__isnull=True, attempts__gt=0)
+        if self.value() == "published":
+            return queryset.filter(published_at__isnull=False)
+        return queryset
+
+
+@admin.register(OutboxEvent)
+class OutboxEventAdmin(ReadOnlyQueueAdmin):
+    list_display = ("id", "type", "partition_key", "state", "lag", "attempts",
+                    "short_error", "created_at")
+    list_filter = (OutboxStateFilter, "type")
+    search_fields = ("=partition_key", "=event_id", "type")
+    ordering = ("-id",)
+    readonly_fields = ("id", "event_id", "type", "partition_key", "payload_pretty",
+                       "created_at", "available_at", "published_at", "attempts", "last_error")
+    exclude = ("payload",)
+    actions = ["republish"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        # The payload is the biggest column and the list never shows it.
+        return super().get_queryset(request).defer("payload")
+
+    @admin.display(description="state")
+    def state(self, obj: OutboxEvent) -> str:
+        if obj.published_at:
+            return "published"
+        return "failing" if obj.attempts else "pending"
+
+    @admin.display(description="lag")
+    def lag(self, obj: OutboxEvent) -> str:
+        if obj.published_at:
+            return age_text((obj.published_at - obj.created_at).total_seconds())
+        return since(obj.created_at)
+
+    @admin.display(description="error")
+    def short_error(self, obj: OutboxEvent) -> str:
+        return obj.last_error[:120]
+
+    @admin.display(description="payload")
+    def payload_pretty(self, obj: OutboxEvent) -> str:
+        return pretty_json(obj.payload)
+
+    @admin.action(description="Republish selected events", permissions=["operate"])
+    def republish(self, request: HttpRequest, queryset: QuerySet) -> None:
+        """Mark the events pending and available now, then wake the relay.
+
+        Consumers deduplicate by event id (ProcessedEvent), so publishing twice is safe.
+        """
+        from jobs.relay import relay_wake
+
+        events = list(queryset.only("id", "type", "partition_key"))
+        with transaction.atomic():
+            changed = OutboxEvent.objects.filter(pk__in=[e.pk for e in events]).update(
+                published_at=None, available_at=timezone.now(), last_error="")
+            for event in events:
+                self.audit(request, event, "republish requested")
+            transaction.on_commit(relay_wake)
+        self.message_user(request, f"Republish: {changed} event(s) queued for the relay.",
+                          messages.SUCCESS)
+
+
+# --- processed events -------------------------------------------------------------------------
+
+
+@admin.register(ProcessedEvent)
+class ProcessedEventAdmin(ReadOnlyQueueAdmin):
+    list_display = ("consumer", "event_id", "processed_at")
+    list_filter = ("consumer",)
+    search_fields = ("=event_id", "consumer")
+    ordering = ("-processed_at",)
+    readonly_fields = ("consumer", "event_id", "processed_at")
+
+
+# --- dead letters -----------------------------------------------------------------------------
+
+
+@admin.register(DeadLetter)
+class DeadLetterAdmin(ReadOnlyQueueAdmin):
+    list_display = ("task_name", "status", "short_exception", "attempts", "recoveries",
+                    "queue", "last_failed_at", "resolved_by")
+    list_filter = ("status", "task_name", "queue")
+    search_fields = ("=task_id", "task_name", "exception")
+    ordering = ("-last_failed_at",)
+    readonly_fields = ("id", "task_name", "task_id", "status", "queue", "args_pretty",
+                       "kwargs_pretty", "exception", "traceback_pre", "attempts", "recoveries",
+                       "first_failed_at", "last_failed_at", "resolved_at", "resolved_by",
+                       "workspace_id", "created_at")
+    exclude = ("args", "kwargs", "traceback")
+    actions = ["requeue", "discard"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).defer("traceback")
+
+    @admin.display(description="exception")
+    def short_exception(self, obj: DeadLetter) -> str:
+        return obj.exception[:140]
+
+    @admin.display(description="args")
+    def args_pretty(self, obj: DeadLetter) -> str:
+        return pretty_json(obj.args)
+
+    @admin.display(description="kwargs")
+    def kwargs_pretty(self, obj: DeadLetter) -> str:
+        return pretty_json(obj.kwargs)
+
+    @admin.display(description="traceback")
+    def traceback_pre(self, obj: DeadLetter) -> str:
+        return format_html('<pre class="console-log">{}</pre>', obj.traceback or "-")
+
+    @admin.action(description="Requeue selected dead letters", permissions=["operate"])
+    def requeue(self, request: HttpRequest, queryset: QuerySet) -> None:
+        from jobs.services import dead_letter_requeue
+
+        by = request.user.get_username()
+
+        def operation(letter: DeadLetter) -> tuple[bool, str]:
+            done = dead_letter_requeue(letter=letter, by=by)
+            return done, "" if done else f"already {letter.status}"
+
+        self.act(request, queryset, verb="Requeue", operation=operation)
+
+    @admin.action(description="Discard selected dead letters", permissions=["operate"])
+    def discard(self, request: HttpRequest, queryset: QuerySet) -> None:
+        from jobs.services import dead_letter_discard
+
+        by = request.user.get_username()
+
+        def operation(letter: DeadLetter) -> tuple[bool, str]:
+            done = dead_letter_discard(letter=letter, by=by)
+            return done, "" if done else f"already {letter.status}"
+
+        self.act(request, queryset, verb="Discard", operation=operation)

@@ -1,0 +1,84 @@
+"""Webhook deliveries as received: read-only, with a reprocess action."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from jobs.admin import ReadOnlyQueueAdmin, pretty_json
+from webhooks.models import WebhookReceipt
+
+# Headers that could carry credentials are masked even in the operator's view.
+SENSITIVE_HEADERS = ("authorization", "cookie", "x-gitlab-token", "x-hub-signature",
+                     "x-hub-signature-256")
+
+
+def reprocess_service() -> Callable[..., Any] | None:
+    """``webhooks.services.webhook_receipt_reprocess`` if this build has it."""
+    try:
+        module = importlib.import_module("webhooks.services")
+    except ImportError:
+        return None
+    return getattr(module, "webhook_receipt_reprocess", None)
+
+
+def headers_masked(headers: dict[str, Any]) -> dict[str, Any]:
+    return {name: ("•••" if name.lower() in SENSITIVE_HEADERS else value)
+            for name, value in headers.items()}
+
+
+@admin.register(WebhookReceipt)
+class WebhookReceiptAdmin(ReadOnlyQueueAdmin):
+    list_display = ("delivery_id", "provider", "event", "action", "status", "attempts",
+                    "short_reason", "received_at", "processed_at")
+    list_filter = ("status", "provider", "event")
+    search_fields = ("=delivery_id", "event", "action", "status_reason")
+    ordering = ("-received_at",)
+    readonly_fields = ("provider", "delivery_id", "hook_id", "event", "action", "status",
+                       "status_reason", "error_pre", "attempts", "received_at",
+                       "processed_at", "headers_pretty", "payload_pretty")
+    exclude = ("headers", "payload", "error")
+    actions = ["reprocess"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).defer("payload", "headers")
+
+    @admin.display(description="reason")
+    def short_reason(self, obj: WebhookReceipt) -> str:
+        return (obj.status_reason or obj.error)[:120]
+
+    @admin.display(description="headers")
+    def headers_pretty(self, obj: WebhookReceipt) -> str:
+        return pretty_json(headers_masked(obj.headers or {}))
+
+    @admin.display(description="payload")
+    def payload_pretty(self, obj: WebhookReceipt) -> str:
+        return pretty_json(obj.payload)
+
+    @admin.display(description="error")
+    def error_pre(self, obj: WebhookReceipt) -> str:
+        return pretty_json(obj.error) if obj.error else "-"
+
+    @admin.action(description="Reprocess selected deliveries", permissions=["operate"])
+    def reprocess(self, request: HttpRequest, queryset: QuerySet) -> None:
+        service = reprocess_service()
+        if service is None:
+            self.message_user(
+                request, "Reprocessing is not available in this build "
+                         "(webhooks.services.webhook_receipt_reprocess is missing).",
+                messages.ERROR)
+            return
+        by = request.user.get_username()
+
+        def operation(receipt: WebhookReceipt) -> tuple[bool, str]:
+            result = service(receipt=receipt, by=by)
+            # The service may answer with a flag or with the receipt it re-queued.
+            done = bool(result) if isinstance(result, bool) or result is None else True
+            return done, "" if done else f"not reprocessable ({receipt.status})"
+
+        self.act(request, queryset, verb="Reprocess", operation=operation)
