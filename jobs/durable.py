@@ -29,15 +29,21 @@ class DurableTask(Task):
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         if isinstance(exc, Retry):
             return
+        from jobs import metrics
         from jobs.services import dead_letter_record
 
+        delivery = self.request.delivery_info or {}
+        metrics.dead_letters.labels(self.name).inc()
         dead_letter_record(
             task_name=self.name,
             task_id=task_id,
             args=list(args or []),
             kwargs=dict(kwargs or {}),
-            queue=(self.request.delivery_info or {}).get("routing_key", "") or "",
+            queue=delivery.get("routing_key", "") or "",
             exception=f"{type(exc).__name__}: {exc}",
             traceback=str(einfo),
+            # Retries are the ones the task asked for; a redelivery after a worker died
+            # (acks_late) is a crash recovery, counted apart.
             attempts=self.request.retries + 1,
+            recoveries=1 if delivery.get("redelivered") else 0,
         )

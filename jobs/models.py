@@ -32,6 +32,12 @@ class OutboxEvent(models.Model):
                 fields=["id"], condition=Q(published_at__isnull=True), name="outbox_pending"
             ),
             models.Index(fields=["partition_key", "id"], name="outbox_partition"),
+            # The relay's head-of-partition test ("no earlier pending row in this
+            # partition") only needs pending rows, however long the partition's history.
+            models.Index(
+                fields=["partition_key", "id"], condition=Q(published_at__isnull=True),
+                name="outbox_pending_partition",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -89,3 +95,98 @@ class DeadLetter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_name} ({self.status})"
+
+
+class EventSubscription(models.Model):
+    """An outgoing HTTP subscription: a workspace's endpoint that receives its events.
+
+    Deliveries are signed like GitHub signs its webhooks (``X-Hub-Signature-256``: an
+    HMAC-SHA256 of the raw body with ``secret``), so receivers can reuse their code.
+    """
+
+    workspace = models.ForeignKey(
+        "runs.Workspace", on_delete=models.CASCADE, related_name="event_subscriptions"
+    )
+    url = models.URLField(max_length=1000)
+    secret = models.CharField(max_length=200)
+    # Exact types or prefixes ending in "*" ("agent.run.*"); empty means every event.
+    event_types = models.JSONField(default=list, blank=True)
+    active = models.BooleanField(default=True)
+    description = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["workspace"], condition=Q(active=True),
+                         name="subscription_active"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workspace_id} -> {self.url}"
+
+    def wants(self, event_type: str) -> bool:
+        if not self.event_types:
+            return True
+        for pattern in self.event_types:
+            if pattern.endswith("*"):
+                if event_type.startswith(pattern[:-1]):
+                    return True
+            elif pattern == event_type:
+                return True
+        return False
+
+
+class WorkspaceDailyCost(models.Model):
+    """Model spend per workspace and UTC day, summed from agent.model.turn.completed."""
+
+    workspace = models.ForeignKey(
+        "runs.Workspace", on_delete=models.CASCADE, related_name="daily_costs"
+    )
+    day = models.DateField()
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    model_turns = models.PositiveIntegerField(default=0)
+    # The newest event time counted; kept with GREATEST so late events cannot move it back.
+    last_event_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "day"], name="daily_cost_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workspace_id} {self.day}: ${self.cost_usd}"
+
+
+class Notification(models.Model):
+    """An outgoing notification (e.g. a comment on the GitHub issue that started a task).
+
+    Unique on (event, channel): the idempotency key of DESIGN §6. A row that exists but
+    is not SENT means an earlier attempt may or may not have reached the provider; the
+    sender looks for its marker there before posting again.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SENT = "sent"
+        SKIPPED = "skipped"
+
+    event_id = models.UUIDField()
+    channel = models.CharField(max_length=64)
+    target = models.CharField(max_length=500, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    external_id = models.CharField(max_length=200, blank=True)
+    external_url = models.CharField(max_length=1000, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["event_id", "channel"], name="notification_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel}:{self.event_id} ({self.status})"

@@ -1,80 +1,294 @@
-"""The outbox relay: publishes committed events, in order per partition, at least once."""
+"""The outbox relay: publishes committed events at least once, in order per partition.
+
+Woken on commit of new outbox rows (``relay_wake``) and swept by beat as a safety net.
+Any number of relays may run at once:
+
+* A relay claims the *head* row of each partition (the oldest pending row of a run)
+  with ``SELECT ... FOR UPDATE SKIP LOCKED``. A row is a head only if no earlier row of
+  its partition is pending, so holding a partition's head is holding the partition:
+  another relay skips the locked head and cannot pick a later row of that partition.
+* It then locks the partition's following pending rows, publishes them in id order
+  (commit order for one run: events of a run are appended under the run's row lock)
+  and marks them published in the same transaction. A relay killed between publishing
+  and marking leaves the rows pending; they are published again, and the consumers'
+  ProcessedEvent receipts absorb the duplicates.
+* A publish failure moves the failed row's ``available_at`` into the future
+  (exponential backoff with jitter). Until then the partition has no available head, so
+  it waits without blocking any other partition.
+
+Sinks, per event: the Redis Stream ``settings.EVENT_STREAM_NAME`` (CloudEvents JSON,
+``XADD ... MAXLEN ~``), a Redis pub/sub wake-up on ``agent.run.<run id>`` for live
+timelines, the in-app consumers (one Celery message per interested consumer, queue
+"events") and the workspace's HTTP subscriptions (one Celery message per delivery).
+"""
 
 from __future__ import annotations
 
 import json
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from jobs.locks import sweep_lock
+from jobs import metrics
+from jobs.backoff import backoff_delay
 from jobs.logs import log
-from jobs.models import OutboxEvent
+from jobs.models import EventSubscription, OutboxEvent
 
 BATCH_SIZE = 50
+# Partitions claimed per batch: a run's events usually arrive a few at a time, so a
+# batch spans many partitions; the row limit still caps the batch.
+PARTITIONS_PER_BATCH = 50
+RUN_CHANNEL_PREFIX = "agent.run."
+_redis_clients: dict[str, Any] = {}
 
 
-def relay_wake() -> None:
+def run_channel(run_id: str) -> str:
+    """The pub/sub channel a live timeline listens on for one run."""
+    return f"{RUN_CHANNEL_PREFIX}{run_id}"
+
+
+def relay_wake(*, countdown: float | None = None) -> None:
     """Ask a worker to publish pending events now (called on commit of new outbox rows)."""
     from jobs.tasks import outbox_relay
 
     try:
-        outbox_relay.apply_async(queue="events")
+        outbox_relay.apply_async(queue="events", countdown=countdown)
     except Exception:  # the beat sweep publishes what this wake-up would have
         log.warning("relay.wake_failed", exc_info=True)
 
 
-def _redis_client() -> Any:
+# --- sinks ---------------------------------------------------------------------------------
+
+
+def stream_enabled() -> bool:
+    """The stream needs a Redis; embedded mode has none unless one is configured."""
+    if settings.EMBEDDED:
+        return bool(getattr(settings, "EVENT_STREAM_ENABLED_EMBEDDED", False))
+    return bool(settings.EVENT_STREAM_REDIS_URL)
+
+
+def stream_client() -> Any:
+    """A Redis client for the stream, one connection pool per URL and process."""
     import redis
 
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
+    url = settings.EVENT_STREAM_REDIS_URL
+    client = _redis_clients.get(url)
+    if client is None:
+        client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
+        _redis_clients[url] = client
+    return client
 
 
-def stream_publish(rows: list[OutboxEvent]) -> None:
-    """XADD each event to the external stream as CloudEvents JSON."""
-    if settings.EMBEDDED and not getattr(settings, "EVENT_STREAM_ENABLED_EMBEDDED", False):
-        return
-    client = _redis_client()
-    pipe = client.pipeline(transaction=False)
-    for row in rows:
-        pipe.xadd(
-            settings.EVENT_STREAM_NAME,
-            {"event": json.dumps(row.payload), "type": row.type, "partition": row.partition_key},
-            maxlen=settings.EVENT_STREAM_MAXLEN,
-            approximate=True,
-        )
-    pipe.execute()
+def stream_fields(row: OutboxEvent) -> dict[str, str]:
+    """The stream entry: the structured CloudEvent plus routing fields for consumers."""
+    return {
+        "event": json.dumps(row.payload, separators=(",", ":"), sort_keys=True),
+        "id": str(row.event_id),
+        "type": row.type,
+        "partition": row.partition_key,
+    }
 
 
-def outbox_relay_batch(*, limit: int = BATCH_SIZE) -> int:
-    """Publish one batch of pending events; returns how many were published.
+def stream_publish(rows: list[OutboxEvent]) -> list[Exception | None]:
+    """XADD every row (and wake live timelines); one result per row, None for success.
 
-    One relay at a time holds the publish lock, so events leave in id order, which is
-    commit order within a partition.
+    A connection failure raises: every row failed. A per-command error (e.g. the key
+    holds another type) fails only its row.
     """
-    with sweep_lock("outbox-relay") as held:
-        if not held:
-            return 0
+    if not rows or not stream_enabled():
+        return [None] * len(rows)
+    pipe = stream_client().pipeline(transaction=False)
+    for row in rows:
+        pipe.xadd(settings.EVENT_STREAM_NAME, stream_fields(row),
+                  maxlen=settings.EVENT_STREAM_MAXLEN, approximate=True)
+        run_id = row.payload.get("runid")
+        if run_id:
+            # A wake-up, not the event: a live view re-reads the timeline from the
+            # database, so a lost message costs latency, never data.
+            pipe.publish(run_channel(run_id), json.dumps({
+                "id": str(row.event_id), "type": row.type,
+                "sequence": row.payload.get("sequence"),
+            }))
+    results = pipe.execute(raise_on_error=False)
+    per_row: list[Exception | None] = []
+    index = 0
+    for row in rows:
+        span = 2 if row.payload.get("runid") else 1
+        # Only the XADD decides; a failed PUBLISH is a missed wake-up.
+        outcome = results[index]
+        per_row.append(outcome if isinstance(outcome, Exception) else None)
+        index += span
+    return per_row
+
+
+@dataclass
+class Deliveries:
+    """The Celery messages one batch sends: consumers and HTTP subscriptions."""
+
+    subscriptions: dict[int, list[EventSubscription]] = field(default_factory=dict)
+
+    @classmethod
+    def for_rows(cls, rows: Iterable[OutboxEvent]) -> Deliveries:
+        workspaces = {row.payload.get("workspaceid") for row in rows} - {None}
+        by_workspace: dict[int, list[EventSubscription]] = defaultdict(list)
+        if workspaces:
+            for sub in EventSubscription.objects.filter(
+                workspace_id__in=[int(w) for w in workspaces], active=True
+            ).order_by("pk"):
+                by_workspace[sub.workspace_id].append(sub)
+        return cls(subscriptions=dict(by_workspace))
+
+    def send(self, row: OutboxEvent, producer: Any) -> int:
+        """Enqueue the row's consumer and subscription messages; returns how many."""
+        from jobs.consumers import consumers_for
+        from jobs.tasks import event_consume, subscription_deliver
+
+        sent = 0
+        event_id = str(row.event_id)
+        for consumer in consumers_for(row.type):
+            event_consume.apply_async(args=[consumer.name, event_id], queue="events",
+                                      producer=producer)
+            sent += 1
+        workspace = row.payload.get("workspaceid")
+        for sub in self.subscriptions.get(int(workspace), []) if workspace else []:
+            if sub.wants(row.type):
+                subscription_deliver.apply_async(args=[sub.pk, event_id], queue="events",
+                                                 producer=producer)
+                sent += 1
+        return sent
+
+
+# --- the relay -----------------------------------------------------------------------------
+
+
+def _heads_claim(*, now: datetime, partitions: int) -> list[str]:
+    """Lock the available head row of up to ``partitions`` partitions; their keys."""
+    table = OutboxEvent._meta.db_table
+    lock = " FOR UPDATE OF o SKIP LOCKED" if connection.vendor == "postgresql" else ""
+    sql = (
+        f"SELECT o.partition_key FROM {table} o "  # noqa: S608 - table name is ours
+        "WHERE o.published_at IS NULL AND o.available_at <= %s "
+        f"AND NOT EXISTS (SELECT 1 FROM {table} e WHERE e.partition_key = o.partition_key "
+        "AND e.published_at IS NULL AND e.id < o.id) "
+        f"ORDER BY o.id LIMIT %s{lock}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [now, partitions])
+        return [key for (key,) in cursor.fetchall()]
+
+
+@dataclass
+class BatchReport:
+    published: int = 0
+    failed_partitions: int = 0
+    claimed: int = 0
+    retry_at: datetime | None = None
+
+
+def outbox_relay_batch(*, limit: int = BATCH_SIZE,
+                       partitions: int = PARTITIONS_PER_BATCH) -> BatchReport:
+    """Publish one batch of pending events, in order per partition, and mark them.
+
+    Claim, publish and mark happen in one transaction: a crash before the commit leaves
+    the rows pending (published again later, absorbed downstream), never lost.
+    """
+    report = BatchReport()
+    now = timezone.now()
+    with transaction.atomic():
+        keys = _heads_claim(now=now, partitions=partitions)
+        if not keys:
+            return report
+        # The heads are ours, so nobody else locks these partitions' rows: a plain
+        # FOR UPDATE never waits here. Ordering by id and cutting at ``limit`` keeps
+        # each partition's share a prefix of its pending rows.
         rows = list(
-            OutboxEvent.objects.select_for_update(skip_locked=True)
-            .filter(published_at__isnull=True, available_at__lte=timezone.now())
+            OutboxEvent.objects.select_for_update()
+            .filter(partition_key__in=keys, published_at__isnull=True)
             .order_by("id")[:limit]
         )
-        if not rows:
-            return 0
-        try:
-            stream_publish(rows)
-        except Exception as exc:
-            OutboxEvent.objects.filter(pk__in=[r.pk for r in rows]).update(
-                attempts=F("attempts") + 1, last_error=str(exc)[:1000])
-            log.warning("relay.publish_failed", error=str(exc), count=len(rows))
-            return 0
-        OutboxEvent.objects.filter(pk__in=[r.pk for r in rows]).update(
-            published_at=timezone.now(), attempts=F("attempts") + 1)
-    return len(rows)
+        report.claimed = len(rows)
+        started = time.monotonic()
+        published, failed = _publish(rows)
+        if published:
+            OutboxEvent.objects.filter(pk__in=[r.pk for r in published]).update(
+                published_at=timezone.now(), attempts=F("attempts") + 1, last_error="")
+        for row, exc in failed:
+            attempt = row.attempts + 1
+            delay = backoff_delay(attempt=attempt, base=settings.OUTBOX_RETRY_BASE_SECONDS,
+                                  cap=settings.OUTBOX_RETRY_MAX_SECONDS)
+            retry_at = timezone.now() + timedelta(seconds=delay)
+            OutboxEvent.objects.filter(pk=row.pk).update(
+                attempts=attempt, last_error=f"{type(exc).__name__}: {exc}"[:1000],
+                available_at=retry_at)
+            report.retry_at = min(filter(None, [report.retry_at, retry_at]))
+        metrics.relay_publish_seconds.observe(time.monotonic() - started)
+    report.published = len(published)
+    report.failed_partitions = len(failed)
+    if published:
+        metrics.events_published.inc(len(published))
+    if failed:
+        metrics.publish_failures.inc(len(failed))
+        log.warning("relay.publish_failed", partitions=len(failed),
+                    error=f"{type(failed[0][1]).__name__}: {failed[0][1]}"[:300])
+    return report
+
+
+def _publish(
+    rows: list[OutboxEvent],
+) -> tuple[list[OutboxEvent], list[tuple[OutboxEvent, Exception]]]:
+    """Send rows to every sink; the published rows and each failed partition's first row.
+
+    Within a partition, a failure stops the rows after it (order); other partitions go on.
+    """
+    try:
+        stream_results = stream_publish(rows)
+    except Exception as exc:  # the stream is unreachable: every partition waits
+        heads: dict[str, OutboxEvent] = {}
+        for row in rows:
+            heads.setdefault(row.partition_key, row)
+        return [], [(row, exc) for row in heads.values()]
+    from agentplatform.celery import app
+
+    published: list[OutboxEvent] = []
+    failed: dict[str, tuple[OutboxEvent, Exception]] = {}
+    deliveries = Deliveries.for_rows(rows)
+    with app.producer_or_acquire() as producer:
+        for row, stream_error in zip(rows, stream_results, strict=True):
+            if row.partition_key in failed:
+                continue
+            if stream_error is not None:
+                failed[row.partition_key] = (row, stream_error)
+                continue
+            try:
+                deliveries.send(row, producer)
+            except Exception as exc:  # the broker refused: retry this partition later
+                failed[row.partition_key] = (row, exc)
+                continue
+            published.append(row)
+    return published, list(failed.values())
+
+
+def outbox_drain(*, max_batches: int = 1000) -> BatchReport:
+    """Publish until nothing is available (or ``max_batches``); the summed report."""
+    total = BatchReport()
+    for _ in range(max_batches):
+        report = outbox_relay_batch()
+        total.published += report.published
+        total.failed_partitions += report.failed_partitions
+        total.claimed += report.claimed
+        if report.retry_at is not None:
+            total.retry_at = min(filter(None, [total.retry_at, report.retry_at]))
+        if report.published == 0:
+            break
+    return total
 
 
 def outbox_lag_seconds() -> float:
@@ -83,7 +297,8 @@ def outbox_lag_seconds() -> float:
         OutboxEvent.objects.filter(published_at__isnull=True)
         .order_by("id").values_list("created_at", flat=True).first()
     )
-    return (timezone.now() - oldest).total_seconds() if oldest else 0.0
+    return max(0.0, (timezone.now() - oldest).total_seconds()) if oldest else 0.0
 
 
-__all__ = ["outbox_lag_seconds", "outbox_relay_batch", "relay_wake", "transaction"]
+def outbox_pending_count() -> int:
+    return OutboxEvent.objects.filter(published_at__isnull=True).count()

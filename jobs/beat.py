@@ -1,0 +1,123 @@
+"""Beat that any number of hosts can run: only the leader sends due tasks.
+
+The leader holds a session-level PostgreSQL advisory lock on a connection of its own;
+if the leader dies, its connection closes, the lock is released and another beat takes
+over within ``LEADER_RETRY_SECONDS``. On SQLite (embedded, one machine) a file lock in
+``VAR_DIR`` plays the same role. Schedules stay in django-celery-beat's tables, so
+operators edit them in the admin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import zlib
+from typing import Any
+
+from django.conf import settings
+from django.db import connections
+from django_celery_beat.schedulers import DatabaseScheduler
+
+from jobs.logs import log
+
+LEADER_RETRY_SECONDS = 2.0
+LEADER_LOCK_NAME = "agentplatform:beat-leader"
+
+
+class LeaderLock:
+    """A process-wide leadership lock; ``held()`` re-checks it on every call."""
+
+    def __init__(self) -> None:
+        self._conn: Any = None
+        self._file: Any = None
+
+    def held(self) -> bool:
+        if connections["default"].vendor == "postgresql":
+            return self._postgres_held()
+        return self._file_held()
+
+    def _postgres_held(self) -> bool:
+        import psycopg
+
+        if self._conn is not None:
+            try:
+                # Leadership lasts as long as this connection: prove it is alive.
+                self._conn.execute("SELECT 1")
+                return True
+            except psycopg.Error:
+                log.warning("beat.leader_connection_lost")
+                with contextlib.suppress(Exception):
+                    self._conn.close()
+                self._conn = None
+        db = settings.DATABASES["default"]
+        try:
+            conn = psycopg.connect(
+                dbname=db["NAME"], user=db.get("USER") or None,
+                password=db.get("PASSWORD") or None, host=db.get("HOST") or None,
+                port=db.get("PORT") or None, autocommit=True,
+                application_name="agentplatform-beat-leader",
+            )
+        except psycopg.Error:
+            log.warning("beat.leader_connect_failed", exc_info=True)
+            return False
+        key = zlib.crc32(LEADER_LOCK_NAME.encode())
+        row = conn.execute("SELECT pg_try_advisory_lock(%s)", [key]).fetchone()
+        if not (row and row[0]):
+            conn.close()
+            return False
+        self._conn = conn
+        return True
+
+    def _file_held(self) -> bool:
+        if self._file is not None:
+            return True
+        handle = open(settings.VAR_DIR / "beat-leader.lock", "a+")  # noqa: SIM115
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            return False
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        self._file = handle
+        return True
+
+    def release(self) -> None:
+        for resource in (self._conn, self._file):
+            if resource is not None:
+                with contextlib.suppress(Exception):
+                    resource.close()
+        self._conn = self._file = None
+
+
+class LeaderDatabaseScheduler(DatabaseScheduler):
+    """django-celery-beat's DatabaseScheduler that ticks only while it is the leader."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._leader = LeaderLock()
+        self._leading = False
+        super().__init__(*args, **kwargs)
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        if not self._leader.held():
+            if self._leading:
+                log.warning("beat.leadership_lost")
+            self._leading = False
+            return LEADER_RETRY_SECONDS
+        if not self._leading:
+            log.info("beat.leader_acquired", pid=os.getpid())
+            self._leading = True
+            # The previous leader advanced last_run_at meanwhile: read the schedule
+            # again instead of firing from this process's stale copy.
+            self._initial_read = True
+            self._heap = None
+        return float(super().tick(*args, **kwargs))
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._leader.release()

@@ -1,0 +1,142 @@
+"""In-app event consumers: each runs as Celery messages and is idempotent per event.
+
+A consumer's handler may do slow work first (an HTTP call, made idempotent by its own
+key) and returns the database write that completes it. That write runs in ONE
+transaction with the consumer's ProcessedEvent receipt ``(consumer, event_id)``: either
+both commit or neither, so a redelivered, duplicated or replayed event changes nothing
+twice. Consumers read only the fields they need and ignore the rest, so producers can
+add fields without breaking them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils.dateparse import parse_datetime
+from django.utils.module_loading import import_string
+
+from jobs import metrics
+from jobs.logs import log
+from jobs.models import OutboxEvent, ProcessedEvent
+
+
+class PermanentConsumerError(Exception):
+    """The event can never be handled as it is (bad data, a 4xx): dead-letter, no retry."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """The fields of a CloudEvent that consumers use; anything else is ignored."""
+
+    id: str
+    type: str
+    time: datetime | None
+    data: Mapping[str, Any]
+    workspace_id: int | None
+    task_id: str | None
+    run_id: str | None
+    sequence: int | None
+
+    @classmethod
+    def from_envelope(cls, payload: Mapping[str, Any]) -> Event:
+        workspace = payload.get("workspaceid")
+        sequence = payload.get("sequence")
+        time = payload.get("time")
+        return cls(
+            id=str(payload["id"]),
+            type=str(payload["type"]),
+            time=parse_datetime(time) if isinstance(time, str) else None,
+            data=payload.get("data") or {},
+            workspace_id=int(workspace) if workspace not in (None, "") else None,
+            task_id=payload.get("taskid"),
+            run_id=payload.get("runid"),
+            sequence=int(sequence) if sequence is not None else None,
+        )
+
+
+# What a handler returns: the write that completes it (run with the receipt), or None
+# when the event needs no write (the receipt alone is recorded).
+Completion = Callable[[], None] | None
+
+
+@dataclass(frozen=True)
+class Consumer:
+    name: str
+    # Exact event types, or prefixes ending in "*".
+    types: tuple[str, ...]
+    handle: Callable[[Event], Completion]
+
+    def wants(self, event_type: str) -> bool:
+        return any(
+            event_type.startswith(t[:-1]) if t.endswith("*") else event_type == t
+            for t in self.types
+        )
+
+
+@cache
+def _load(paths: tuple[str, ...]) -> dict[str, Consumer]:
+    consumers = [import_string(path) for path in paths]
+    return {c.name: c for c in consumers}
+
+
+def consumers_registered() -> dict[str, Consumer]:
+    """The consumers named in settings.EVENT_CONSUMERS, by name."""
+    return _load(tuple(settings.EVENT_CONSUMERS))
+
+
+def consumers_for(event_type: str) -> list[Consumer]:
+    return [c for c in consumers_registered().values() if c.wants(event_type)]
+
+
+def processed_claim(*, consumer: str, event_id: str) -> bool:
+    """Insert the consumer's receipt for the event; False if it already exists.
+
+    Call inside the transaction of the side effect. A concurrent duplicate blocks on the
+    unique index until the first commits, then finds the row and gets False.
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("processed_claim must run inside transaction.atomic()")
+    table = ProcessedEvent._meta.db_table
+    value = uuid.UUID(event_id)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (consumer, event_id, processed_at) "  # noqa: S608
+            "VALUES (%s, %s, CURRENT_TIMESTAMP) ON CONFLICT (consumer, event_id) DO NOTHING "
+            "RETURNING id",
+            [consumer, value.hex if connection.vendor == "sqlite" else value],
+        )
+        return cursor.fetchone() is not None
+
+
+def event_consume(*, consumer: str, event_id: str) -> str:
+    """Let ``consumer`` handle the event once; returns processed, duplicate or missing."""
+    spec = consumers_registered().get(consumer)
+    if spec is None:
+        raise PermanentConsumerError(f"no consumer named {consumer!r}")
+    if ProcessedEvent.objects.filter(consumer=consumer, event_id=event_id).exists():
+        metrics.consumer_events.labels(consumer, "duplicate").inc()
+        return "duplicate"
+    payload = (
+        OutboxEvent.objects.filter(event_id=event_id).values_list("payload", flat=True).first()
+    )
+    if payload is None:
+        # The outbox row was pruned: nothing left to act on.
+        log.warning("consumer.event_missing", consumer=consumer, event_id=event_id)
+        return "missing"
+    event = Event.from_envelope(payload)
+    completion = spec.handle(event)
+    with transaction.atomic():
+        if not processed_claim(consumer=consumer, event_id=event_id):
+            metrics.consumer_events.labels(consumer, "duplicate").inc()
+            return "duplicate"
+        if completion is not None:
+            completion()
+    metrics.consumer_events.labels(consumer, "processed").inc()
+    return "processed"

@@ -1,0 +1,142 @@
+"""Tell the source of a task how it ended: a comment on the GitHub issue or PR.
+
+Idempotency key: event id + channel (a Notification row). GitHub has no idempotency
+key for comments, so every comment carries a hidden marker with the event id; when an
+earlier attempt may have posted (the row exists but is not marked sent), the sender
+looks for the marker before posting again. A crash can therefore not double-comment,
+except in the instant between GitHub storing the comment and listing it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from jobs.consumers import Completion, Consumer, Event, PermanentConsumerError
+from jobs.logs import log
+from jobs.models import Notification
+
+CHANNEL_GITHUB_COMMENT = "github_comment"
+MARKER = "<!-- agentplatform:notification:{event_id} -->"
+# Pages of comments searched for the marker before posting again (100 per page).
+MARKER_SEARCH_PAGES = 10
+
+
+class GitHubUnavailable(Exception):
+    """A retryable GitHub failure (5xx, rate limit, network)."""
+
+
+def github_target(source_ref: dict[str, Any]) -> tuple[str, int] | None:
+    """(owner/name, issue or PR number) if the task came from GitHub, else None."""
+    if (source_ref or {}).get("provider") != "github":
+        return None
+    repo = source_ref.get("repo") or source_ref.get("repository")
+    number = (source_ref.get("issue_number") or source_ref.get("pull_number")
+              or source_ref.get("pr_number") or source_ref.get("number"))
+    if not repo or not number:
+        return None
+    try:
+        return str(repo), int(number)
+    except (TypeError, ValueError):
+        return None
+
+
+def comment_body(*, event: Event, pr_url: str) -> str:
+    marker = MARKER.format(event_id=event.id)
+    if event.type == "agent.task.completed":
+        text = "agentplatform finished this task."
+        if pr_url:
+            text += f" Pull request: {pr_url}"
+    elif event.type == "agent.task.cancelled":
+        text = "agentplatform cancelled this task."
+    else:
+        reason = str(event.data.get("reason") or "failed")
+        text = f"agentplatform could not finish this task ({reason})."
+        detail = str(event.data.get("detail") or "")[:500]
+        if detail:
+            text += f"\n\n> {detail}"
+    return f"{text}\n\n{marker}"
+
+
+def _client() -> httpx.Client:
+    headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28",
+               "User-Agent": "agentplatform"}
+    if settings.GITHUB_TOKEN:
+        headers["Authorization"] = f"Bearer {settings.GITHUB_TOKEN}"
+    return httpx.Client(base_url=settings.GITHUB_API_URL.rstrip("/"), headers=headers,
+                        timeout=getattr(settings, "GITHUB_TIMEOUT_SECONDS", 30.0))
+
+
+def _check(response: httpx.Response) -> None:
+    if response.is_success:
+        return
+    status = response.status_code
+    limited = status == 403 and response.headers.get("x-ratelimit-remaining") == "0"
+    if status >= 500 or status == 429 or limited:
+        raise GitHubUnavailable(f"GitHub answered {status}")
+    raise PermanentConsumerError(f"GitHub answered {status}: {response.text[:300]}")
+
+
+def _find_marked(client: httpx.Client, path: str, marker: str) -> dict[str, Any] | None:
+    for page in range(1, MARKER_SEARCH_PAGES + 1):
+        response = client.get(path, params={"per_page": 100, "page": page})
+        _check(response)
+        comments = response.json()
+        for comment in comments:
+            if marker in (comment.get("body") or ""):
+                return comment
+        if len(comments) < 100:
+            return None
+    return None
+
+
+def source_notify(event: Event) -> Completion:
+    from runs.models import PullRequest, Task
+
+    task = Task.objects.filter(pk=event.task_id).first() if event.task_id else None
+    target = github_target(task.source_ref) if task is not None else None
+    if task is None or target is None:
+        return None
+    repo, number = target
+    with transaction.atomic():
+        note, _ = Notification.objects.select_for_update().get_or_create(
+            event_id=event.id, channel=CHANNEL_GITHUB_COMMENT,
+            defaults={"target": f"{repo}#{number}"},
+        )
+        if note.status != Notification.Status.PENDING:
+            return None
+        Notification.objects.filter(pk=note.pk).update(attempts=F("attempts") + 1)
+    pr = PullRequest.objects.filter(task=task).order_by("-updated_at").first()
+    path = f"/repos/{repo}/issues/{number}/comments"
+    marker = MARKER.format(event_id=event.id)
+    try:
+        with _client() as client:
+            comment = _find_marked(client, path, marker) if note.attempts > 0 else None
+            if comment is None:
+                response = client.post(path, json={
+                    "body": comment_body(event=event, pr_url=pr.url if pr else "")})
+                _check(response)
+                comment = response.json()
+    except httpx.TransportError as exc:
+        raise GitHubUnavailable(f"GitHub unreachable: {exc}") from exc
+    log.info("notification.sent", channel=CHANNEL_GITHUB_COMMENT, target=f"{repo}#{number}",
+             event_id=event.id)
+
+    def mark_sent() -> None:
+        Notification.objects.filter(pk=note.pk).update(
+            status=Notification.Status.SENT, sent_at=timezone.now(),
+            external_id=str(comment.get("id", "")), external_url=comment.get("html_url", ""))
+
+    return mark_sent
+
+
+SOURCE_NOTIFICATION = Consumer(
+    name="source_notification",
+    types=("agent.task.completed", "agent.task.failed", "agent.task.cancelled"),
+    handle=source_notify,
+)
