@@ -224,22 +224,6 @@ EVENT_CONSUMER_RETRY_BASE_SECONDS = _env_value("EVENT_CONSUMER_RETRY_BASE_SECOND
 SUBSCRIPTION_MAX_ATTEMPTS = _env_value("SUBSCRIPTION_MAX_ATTEMPTS", int, 8)
 SUBSCRIPTION_RETRY_BASE_SECONDS = _env_value("SUBSCRIPTION_RETRY_BASE_SECONDS", float, 5.0)
 SUBSCRIPTION_TIMEOUT_SECONDS = _env_value("SUBSCRIPTION_TIMEOUT_SECONDS", float, 10.0)
-# The Redis holding the external event stream (defaults to REDIS_URL).
-EVENT_STREAM_REDIS_URL = _env_value("EVENT_STREAM_REDIS_URL", str, REDIS_URL)
-# Outbox publish retries: exponential from the base, capped, with jitter.
-OUTBOX_RETRY_BASE_SECONDS = _env_value("OUTBOX_RETRY_BASE_SECONDS", float, 1.0)
-OUTBOX_RETRY_MAX_SECONDS = _env_value("OUTBOX_RETRY_MAX_SECONDS", float, 300.0)
-# In-app event consumers (dotted paths to jobs.consumers.Consumer objects).
-EVENT_CONSUMERS = _env_value("EVENT_CONSUMERS", list, [
-    "jobs.consumers.cost.COST_AGGREGATION",
-    "jobs.consumers.notify.SOURCE_NOTIFICATION",
-])
-EVENT_CONSUMER_MAX_RETRIES = _env_value("EVENT_CONSUMER_MAX_RETRIES", int, 5)
-EVENT_CONSUMER_RETRY_BASE_SECONDS = _env_value("EVENT_CONSUMER_RETRY_BASE_SECONDS", float, 2.0)
-# Outgoing HTTP subscriptions: attempts before a delivery is dead-lettered.
-SUBSCRIPTION_MAX_ATTEMPTS = _env_value("SUBSCRIPTION_MAX_ATTEMPTS", int, 8)
-SUBSCRIPTION_RETRY_BASE_SECONDS = _env_value("SUBSCRIPTION_RETRY_BASE_SECONDS", float, 5.0)
-SUBSCRIPTION_TIMEOUT_SECONDS = _env_value("SUBSCRIPTION_TIMEOUT_SECONDS", float, 10.0)
 AGENT_MODEL = _env_value("AGENT_MODEL", str, "scripted")
 TASK_DEFAULT_BUDGET = {
     "agent_attempts": _env_value("BUDGET_AGENT_ATTEMPTS", int, 3),
