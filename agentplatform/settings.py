@@ -290,17 +290,51 @@ STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 
 REST_FRAMEWORK = {
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "agentplatform.api.schema.ProblemAutoSchema",
+    # The token first: its 401 challenge is what an unauthenticated caller gets.
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "agentplatform.api.auth.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "agentplatform.api.throttling.AnonRateThrottle",
+        "agentplatform.api.throttling.UserRateThrottle",
+        "agentplatform.api.throttling.TokenRateThrottle",
+    ],
+    "EXCEPTION_HANDLER": "agentplatform.api.errors.problem_exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "agentplatform API",
     "DESCRIPTION": "Submit coding tasks, follow runs, approve and operate the platform.",
     "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SCHEMA_PATH_PREFIX": "/api/",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "agentplatform.api.schema.stream_path_document",
+    ],
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "runs.models.Run.Status",
+        "TaskStatusEnum": "runs.models.Task.Status",
+        "SubmissionStatusEnum": ["queued", "deferred"],
+        "DeadLetterStatusEnum": "jobs.models.DeadLetter.Status",
+        "WebhookReceiptStatusEnum": "webhooks.models.WebhookReceipt.Status",
+    },
 }
+# Rates are "<n>/<second|minute|hour|day>"; empty disables that throttle.
+API_THROTTLE_USER_RATE = _env_value("API_THROTTLE_USER_RATE", str, "1200/minute")
+API_THROTTLE_TOKEN_RATE = _env_value("API_THROTTLE_TOKEN_RATE", str, "600/minute")
+API_THROTTLE_ANON_RATE = _env_value("API_THROTTLE_ANON_RATE", str, "120/minute")
+# Server-Sent Events: keep-alive comment interval, client retry hint, and the size of
+# the per-process async connection pool that all open streams share.
+SSE_KEEPALIVE_SECONDS = _env_value("SSE_KEEPALIVE_SECONDS", float, 15.0)
+SSE_RETRY_MILLISECONDS = _env_value("SSE_RETRY_MILLISECONDS", int, 2000)
+SSE_DB_POOL_SIZE = _env_value("SSE_DB_POOL_SIZE", int, 4)
 
 if PRODUCTION:
     SESSION_COOKIE_SECURE = _env_value("SESSION_COOKIE_SECURE", bool, True)

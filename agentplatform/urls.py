@@ -10,4 +10,9 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("webhooks/", include("webhooks.urls")),
+    path("api/", include("agentplatform.api.urls")),
 ]
+
+# Under /api/ even Django's own 404 and 500 answer as problem details.
+handler404 = "agentplatform.api.errors.page_not_found"
+handler500 = "agentplatform.api.errors.server_error"

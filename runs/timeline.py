@@ -11,6 +11,7 @@ import secrets
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -143,6 +144,8 @@ def events_record(
     RunEvent.objects.bulk_create(recorded)
     OutboxEvent.objects.bulk_create(outbox)
     transaction.on_commit(_wake_relay)
+    if run is not None and not settings.EMBEDDED:
+        transaction.on_commit(partial(_announce, run.id, run.last_sequence_no), robust=True)
     return recorded
 
 
@@ -184,6 +187,13 @@ def system_event_record(
     )
     transaction.on_commit(_wake_relay)
     return row
+
+
+def _announce(run_id: uuid.UUID, sequence: int) -> None:
+    # Wakes the API's live streams of this run (Redis pub/sub); never raises.
+    from agentplatform.api.notify import run_events_announce
+
+    run_events_announce(run_id=run_id, sequence=sequence)
 
 
 def _wake_relay() -> None:

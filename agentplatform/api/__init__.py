@@ -1,0 +1,1 @@
+"""The REST API: thin views over runs/jobs services, scoped per workspace."""

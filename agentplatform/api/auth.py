@@ -1,0 +1,95 @@
+"""API tokens: issued once, stored as a SHA-256, compared in constant time, revocable."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.utils import timezone
+from rest_framework import authentication, exceptions
+from rest_framework.request import Request
+
+from runs.models import ApiToken
+
+TOKEN_PREFIX = "agp_"  # noqa: S105 - a public marker, not a secret
+# last_used_at is bookkeeping, not an audit log: writing it on every request would turn
+# each read into a write, so it is refreshed at most this often.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def api_token_issue(*, user: AbstractBaseUser, name: str = "") -> tuple[ApiToken, str]:
+    """Create a token for ``user``; the secret is returned here and never again."""
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(
+        user=user, name=name[:100], prefix=secret[: len(TOKEN_PREFIX) + 8], key_hash=_hash(secret)
+    )
+    return token, secret
+
+
+def api_token_revoke(*, token: ApiToken) -> bool:
+    """Revoke a token; False if it was already revoked."""
+    return bool(
+        ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+    )
+
+
+def api_token_resolve(secret: str) -> ApiToken | None:
+    """The live token whose secret this is, or None.
+
+    The prefix narrows the lookup; the full hash is then compared in constant time so
+    response timing says nothing about how much of a guess was right.
+    """
+    if not secret.startswith(TOKEN_PREFIX) or len(secret) > 200:
+        return None
+    digest = _hash(secret)
+    candidates = ApiToken.objects.select_related("user").filter(
+        prefix=secret[: len(TOKEN_PREFIX) + 8], revoked_at__isnull=True
+    )
+    for token in candidates:
+        if hmac.compare_digest(token.key_hash, digest) and token.user.is_active:
+            now = timezone.now()
+            if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+                ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+            return token
+    return None
+
+
+def bearer_secret(header: str) -> str | None:
+    """The secret from an ``Authorization: Bearer <secret>`` (or ``Token``) header."""
+    parts = header.split()
+    if len(parts) != 2 or parts[0].lower() not in ("bearer", "token"):
+        return None
+    return parts[1]
+
+
+class ApiTokenAuthentication(authentication.BaseAuthentication):
+    """``Authorization: Bearer agp_...``; answers 401 with a Bearer challenge."""
+
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[Any, ApiToken] | None:
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if not header:
+            return None
+        secret = bearer_secret(header)
+        if secret is None:
+            if header.split()[0].lower() in ("bearer", "token"):
+                raise exceptions.AuthenticationFailed("malformed Authorization header")
+            return None
+        token = api_token_resolve(secret)
+        if token is None:
+            raise exceptions.AuthenticationFailed("invalid or revoked token")
+        return token.user, token
+
+    def authenticate_header(self, request: Request) -> str:
+        return f'{self.keyword} realm="api"'

@@ -1,0 +1,73 @@
+"""Pagination: limit/offset for lists, a sequence cursor for a run's timeline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from rest_framework import pagination
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
+
+
+class LimitOffsetPagination(pagination.LimitOffsetPagination):
+    default_limit = 50
+    max_limit = 200
+
+
+class SequenceCursorPagination:
+    """Events after a sequence number, in order; ``next`` carries the last one seen.
+
+    A cursor by sequence (not by offset) stays correct while the run keeps appending
+    events, and resumes exactly where a client stopped, like Last-Event-ID does.
+    """
+
+    default_limit = 100
+    max_limit = 500
+
+    def paginate(self, *, queryset: QuerySet[Any], request: Request) -> list[Any]:
+        self.request = request
+        self.after = self._int_param(request, "after", 0)
+        self.limit = min(self._int_param(request, "limit", self.default_limit), self.max_limit)
+        if self.limit < 1:
+            raise ValidationError({"limit": ["must be at least 1"]})
+        rows = list(queryset.filter(sequence_no__gt=self.after).order_by("sequence_no")
+                    [: self.limit + 1])
+        self.has_more = len(rows) > self.limit
+        self.page = rows[: self.limit]
+        return self.page
+
+    @staticmethod
+    def _int_param(request: Request, name: str, default: int) -> int:
+        raw = request.query_params.get(name)
+        if raw in (None, ""):
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValidationError({name: ["must be an integer"]}) from None
+        if value < 0 or value > 2**31 - 1:
+            raise ValidationError({name: ["out of range"]})
+        return value
+
+    def response(self, data: list[Any]) -> Response:
+        next_url = None
+        last = self.page[-1].sequence_no if self.page else self.after
+        if self.has_more:
+            url = self.request.build_absolute_uri()
+            next_url = replace_query_param(url, "after", last)
+        return Response({"next": next_url, "last_sequence": last, "results": data})
+
+
+def sequence_cursor_schema(item_schema: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["next", "last_sequence", "results"],
+        "properties": {
+            "next": {"type": "string", "format": "uri", "nullable": True},
+            "last_sequence": {"type": "integer"},
+            "results": {"type": "array", "items": item_schema},
+        },
+    }

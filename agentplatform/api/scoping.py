@@ -1,0 +1,42 @@
+"""Which workspaces a caller sees, and in which role.
+
+Every queryset of the API starts here: an object outside the caller's workspaces is
+simply not in the queryset, so it answers 404, never 403 and never data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from runs.models import Membership, Workspace
+
+
+def workspace_ids_for(*, user: Any, role: str | None = None) -> list[int]:
+    """Ids of the workspaces ``user`` belongs to (with ``role`` if given)."""
+    if user is None or not user.is_authenticated:
+        return []
+    memberships = Membership.objects.filter(user=user)
+    if role is not None:
+        memberships = memberships.filter(role=role)
+    return list(memberships.values_list("workspace_id", flat=True))
+
+
+def workspaces_visible(*, user: Any) -> QuerySet[Workspace]:
+    return Workspace.objects.filter(pk__in=workspace_ids_for(user=user))
+
+
+def role_in(*, user: Any, workspace_id: int) -> str | None:
+    """The caller's role in a workspace, or None when not a member."""
+    if user is None or not user.is_authenticated:
+        return None
+    return (
+        Membership.objects.filter(user=user, workspace_id=workspace_id)
+        .values_list("role", flat=True)
+        .first()
+    )
+
+
+def is_admin_of(*, user: Any, workspace_id: int) -> bool:
+    return role_in(user=user, workspace_id=workspace_id) == Membership.Role.ADMIN

@@ -1,0 +1,81 @@
+"""Reads the API needs that are more than a filtered queryset."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count
+from django.utils import timezone
+
+from jobs.models import OutboxEvent
+from runs.models import Run, RunEvent, Task
+from runs.services import Submission
+from runs.state import TERMINAL
+
+
+def submission_outcome(*, submission: Submission) -> dict[str, Any]:
+    """What ``POST /api/tasks/`` answered for this submission, replays included.
+
+    A replayed Idempotency-Key must get the original answer even though the task moved
+    on since, so the answer is rebuilt from facts that never change: an accepted
+    submission's first run starts its timeline with ``agent.task.submitted``; a deferred
+    one recorded ``agent.task.deferred`` with its reason.
+    """
+    task = submission.task
+    if submission.created:
+        if submission.run is not None:
+            return {"task_id": task.id, "run_id": submission.run.id,
+                    "status": Task.Status.QUEUED, "reason": None}
+        return {"task_id": task.id, "run_id": None, "status": Task.Status.DEFERRED,
+                "reason": task.status_reason}
+    first = Run.objects.filter(task=task, run_no=1).first()
+    if first is not None and RunEvent.objects.filter(
+        run=first, sequence_no=1, type="agent.task.submitted"
+    ).exists():
+        return {"task_id": task.id, "run_id": first.id, "status": Task.Status.QUEUED,
+                "reason": None}
+    reason = task.status_reason if task.status == Task.Status.DEFERRED else ""
+    if not reason:
+        deferred = (
+            OutboxEvent.objects.filter(partition_key=str(task.id), type="agent.task.deferred")
+            .order_by("id").values_list("payload", flat=True).first()
+        )
+        reason = ((deferred or {}).get("data") or {}).get("reason", "")
+    return {"task_id": task.id, "run_id": None, "status": Task.Status.DEFERRED,
+            "reason": reason}
+
+
+def run_budget_usage(*, run: Run) -> dict[str, Any]:
+    """Each budget of the task: its limit and what was used, cumulative as enforced."""
+    task = run.task
+    usage = task.usage or {}
+    checkpoint = run.checkpoint or {}
+    wall = 0.0
+    if run.status not in TERMINAL:
+        wall = (timezone.now() - (run.started_at or run.created_at)).total_seconds()
+    turns = task.runs.aggregate(n=Count("model_turns"))["n"] or 0
+    used = {
+        "cost_usd": float(usage.get("cost_usd", 0)) + float(run.cost_usd),
+        "model_turns": float(turns),
+        "agent_attempts": float(checkpoint.get("attempt_no", 1 if run.started_at else 0)),
+        "tool_retries": float(checkpoint.get("tool_failures", 0)),
+        "wall_clock_seconds": float(usage.get("wall_clock_seconds", 0)) + wall,
+    }
+    return {
+        name: {"used": value, "limit": task.budget_limit(name)} for name, value in used.items()
+    }
+
+
+def run_current_step(*, run: Run) -> dict[str, Any]:
+    return {
+        "step_no": run.step_no,
+        "status": run.status,
+        "status_changed_at": run.status_changed_at,
+        "lease_owner": run.lease_owner or None,
+        "lease_until": run.lease_until,
+        "heartbeat_at": run.heartbeat_at,
+        "attempt": run.attempt,
+        "recoveries": run.recoveries,
+        "retries": run.retries,
+        "cancel_requested_at": run.cancel_requested_at,
+    }

@@ -1,0 +1,1 @@
+"""One API class per resource URL; each HTTP method is one operation."""

@@ -1,0 +1,139 @@
+"""Tasks: submit (idempotent), list with filters, retrieve."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics, serializers
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from agentplatform.api.filters import TaskFilter
+from agentplatform.api.pagination import LimitOffsetPagination
+from agentplatform.api.scoping import workspace_ids_for
+from agentplatform.api.selectors import submission_outcome
+from runs.models import Repository, Task
+from runs.services import Submission, task_submit
+
+BUDGET_KEYS = ("agent_attempts", "model_turns", "tool_retries", "wall_clock_seconds", "cost_usd")
+
+
+class TaskOutputSerializer(serializers.ModelSerializer):
+    workspace = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    repository = serializers.PrimaryKeyRelatedField(read_only=True)
+
+    class Meta:
+        model = Task
+        fields = ["id", "workspace", "repository", "instruction", "task_type", "risk_level",
+                  "execution_mode", "target_branch", "requested_by", "source", "priority",
+                  "budget", "status", "status_reason", "usage", "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+def _tasks_visible(request: Request) -> QuerySet[Task]:
+    return (
+        Task.objects.filter(workspace_id__in=workspace_ids_for(user=request.user))
+        .select_related("workspace")
+        .order_by("-created_at", "id")
+    )
+
+
+class TaskCollectionApi(generics.ListAPIView):
+    """List the caller's tasks (GET) or submit a new one (POST)."""
+
+    class CreateInputSerializer(serializers.Serializer):
+        repository = serializers.PrimaryKeyRelatedField(
+            queryset=Repository.objects.none(),
+            help_text="Repository id; it decides the workspace of the task.",
+        )
+        instruction = serializers.CharField(max_length=20000, trim_whitespace=True)
+        task_type = serializers.CharField(max_length=64, default="change")
+        risk_level = serializers.ChoiceField(choices=Task.Risk.choices, default=Task.Risk.LOW)
+        execution_mode = serializers.ChoiceField(
+            choices=Task.Mode.choices, default=Task.Mode.AUTONOMOUS_PR
+        )
+        target_branch = serializers.CharField(max_length=200, default="", allow_blank=True)
+        priority = serializers.IntegerField(min_value=-100, max_value=100, default=0)
+        budget = serializers.DictField(
+            child=serializers.FloatField(min_value=0), default=dict,
+            help_text=f"Overrides of the default budget; keys: {', '.join(BUDGET_KEYS)}.",
+        )
+        model_options = serializers.DictField(
+            default=dict, help_text="Per-task model options (e.g. the scripted transcript)."
+        )
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            request = self.context.get("request")
+            if request is not None:  # schema generation builds it without one
+                self.fields["repository"].queryset = Repository.objects.filter(
+                    workspace_id__in=workspace_ids_for(user=request.user)
+                ).select_related("workspace")
+
+        def validate_budget(self, value: dict[str, float]) -> dict[str, float]:
+            unknown = sorted(set(value) - set(BUDGET_KEYS))
+            if unknown:
+                raise serializers.ValidationError(f"unknown budget keys: {', '.join(unknown)}")
+            return value
+
+    class CreateOutputSerializer(serializers.Serializer):
+        task_id = serializers.UUIDField()
+        run_id = serializers.UUIDField(allow_null=True)
+        status = serializers.ChoiceField(
+            choices=[Task.Status.QUEUED, Task.Status.DEFERRED],
+            help_text="queued: a run was created; deferred: admission control held it back.",
+        )
+        reason = serializers.CharField(allow_null=True, help_text="Why it was deferred.")
+
+    serializer_class = TaskOutputSerializer
+    pagination_class = LimitOffsetPagination
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = TaskFilter
+
+    def get_queryset(self) -> QuerySet[Task]:
+        return _tasks_visible(self.request)
+
+    @extend_schema(
+        operation_id="tasks_create",
+        request=CreateInputSerializer,
+        responses={202: CreateOutputSerializer, 422: None},
+        parameters=[OpenApiParameter(
+            "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER,
+            description="Repeat a submission safely: the same key with the same body "
+            "returns the original response; with a different body, 422.",
+        )],
+    )
+    def post(self, request: Request) -> Response:
+        key = request.headers.get("Idempotency-Key")
+        if key is not None and not 1 <= len(key.strip()) <= 200:
+            raise ValidationError({"Idempotency-Key": ["must be 1 to 200 characters"]})
+        serializer = self.CreateInputSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        repository: Repository = data["repository"]
+        submission: Submission = task_submit(
+            workspace=repository.workspace, repository=repository,
+            instruction=data["instruction"], source=Task.Source.API,
+            requested_by=request.user.get_username(), idempotency_key=key.strip() if key else None,
+            execution_mode=data["execution_mode"], risk_level=data["risk_level"],
+            task_type=data["task_type"], target_branch=data["target_branch"],
+            priority=data["priority"], budget=data["budget"], model_options=data["model_options"],
+        )
+        body = submission_outcome(submission=submission)
+        return Response(self.CreateOutputSerializer(body).data, status=202,
+                        headers={"Location": f"/api/tasks/{submission.task.id}/"})
+
+
+class TaskDetailApi(generics.RetrieveAPIView):
+    """One task of the caller's workspaces."""
+
+    serializer_class = TaskOutputSerializer
+    lookup_field = "pk"
+
+    def get_queryset(self) -> QuerySet[Task]:
+        return _tasks_visible(self.request)

@@ -1,0 +1,336 @@
+"""Workspaces, their members and repositories (managed by workspace admins), API tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics, serializers
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agentplatform.api.auth import api_token_issue, api_token_revoke
+from agentplatform.api.filters import RepositoryFilter
+from agentplatform.api.pagination import LimitOffsetPagination
+from agentplatform.api.scoping import is_admin_of, workspace_ids_for
+from runs.models import ApiToken, Membership, Repository, Workspace
+
+
+def _admin_required(request: Request, workspace_id: int) -> None:
+    if not is_admin_of(user=request.user, workspace_id=workspace_id):
+        raise PermissionDenied("only workspace admins may do this")
+
+
+# --- workspaces --------------------------------------------------------------------------------
+
+
+class WorkspaceOutputSerializer(serializers.ModelSerializer):
+    role = serializers.CharField(read_only=True, allow_null=True,
+                                 help_text="The caller's role in the workspace.")
+
+    class Meta:
+        model = Workspace
+        fields = ["slug", "name", "max_active_runs", "daily_cost_budget_usd", "role",
+                  "created_at"]
+        read_only_fields = fields
+
+
+def _workspaces_visible(request: Request) -> QuerySet[Workspace]:
+    ids = workspace_ids_for(user=request.user)
+    roles = dict(Membership.objects.filter(user=request.user).values_list("workspace_id", "role"))
+    workspaces = Workspace.objects.filter(pk__in=ids).order_by("slug")
+    for workspace in workspaces:
+        workspace.role = roles.get(workspace.pk)
+    return workspaces
+
+
+class WorkspaceCollectionApi(APIView):
+    """The caller's workspaces (GET); staff create new ones (POST) and become admin."""
+
+    class CreateInputSerializer(serializers.ModelSerializer):
+        class Meta:
+            model = Workspace
+            fields = ["slug", "name", "max_active_runs", "daily_cost_budget_usd"]
+
+    @extend_schema(operation_id="workspaces_list",
+                   responses=WorkspaceOutputSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        return Response(WorkspaceOutputSerializer(_workspaces_visible(request), many=True).data)
+
+    @extend_schema(operation_id="workspaces_create", request=CreateInputSerializer,
+                   responses={201: WorkspaceOutputSerializer})
+    def post(self, request: Request) -> Response:
+        if not request.user.is_staff:
+            raise PermissionDenied("only staff create workspaces")
+        serializer = self.CreateInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        with transaction.atomic():
+            workspace = serializer.save()
+            Membership.objects.create(workspace=workspace, user=request.user,
+                                      role=Membership.Role.ADMIN)
+        workspace.role = Membership.Role.ADMIN
+        return Response(WorkspaceOutputSerializer(workspace).data, status=201)
+
+
+class WorkspaceDetailApi(APIView):
+    """One workspace (GET, members); its admins change its name and limits (PATCH)."""
+
+    class UpdateInputSerializer(serializers.ModelSerializer):
+        class Meta:
+            model = Workspace
+            fields = ["name", "max_active_runs", "daily_cost_budget_usd"]
+
+    def _get(self, request: Request, slug: str) -> Workspace:
+        return get_object_or_404(_workspaces_visible(request), slug=slug)
+
+    @extend_schema(operation_id="workspaces_retrieve", responses=WorkspaceOutputSerializer)
+    def get(self, request: Request, slug: str) -> Response:
+        workspace = self._get(request, slug)
+        workspace.role = Membership.objects.get(user=request.user, workspace=workspace).role
+        return Response(WorkspaceOutputSerializer(workspace).data)
+
+    @extend_schema(operation_id="workspaces_partial_update", request=UpdateInputSerializer,
+                   responses=WorkspaceOutputSerializer)
+    def patch(self, request: Request, slug: str) -> Response:
+        workspace = self._get(request, slug)
+        _admin_required(request, workspace.pk)
+        serializer = self.UpdateInputSerializer(workspace, data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        workspace = serializer.save()
+        workspace.role = Membership.Role.ADMIN
+        return Response(WorkspaceOutputSerializer(workspace).data)
+
+
+class MembershipOutputSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["username", "role", "created_at"]
+        read_only_fields = fields
+
+
+class WorkspaceMemberCollectionApi(APIView):
+    """Members of a workspace (GET); admins add or change a member's role (POST)."""
+
+    class InputSerializer(serializers.Serializer):
+        username = serializers.CharField(max_length=150)
+        role = serializers.ChoiceField(choices=Membership.Role.choices,
+                                       default=Membership.Role.MEMBER)
+
+    @extend_schema(operation_id="workspaces_members_list",
+                   responses=MembershipOutputSerializer(many=True))
+    def get(self, request: Request, slug: str) -> Response:
+        workspace = get_object_or_404(_workspaces_visible(request), slug=slug)
+        members = Membership.objects.filter(workspace=workspace).select_related("user") \
+            .order_by("user__username")
+        return Response(MembershipOutputSerializer(members, many=True).data)
+
+    @extend_schema(operation_id="workspaces_members_set", request=InputSerializer,
+                   responses={200: MembershipOutputSerializer})
+    def post(self, request: Request, slug: str) -> Response:
+        workspace = get_object_or_404(_workspaces_visible(request), slug=slug)
+        _admin_required(request, workspace.pk)
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        user = get_user_model().objects.filter(
+            username=serializer.validated_data["username"], is_active=True).first()
+        if user is None:
+            raise serializers.ValidationError({"username": ["no such active user"]})
+        membership, _ = Membership.objects.update_or_create(
+            workspace=workspace, user=user,
+            defaults={"role": serializer.validated_data["role"]},
+        )
+        return Response(MembershipOutputSerializer(membership).data)
+
+
+class WorkspaceMemberDetailApi(APIView):
+    """Admins remove a member (DELETE)."""
+
+    @extend_schema(operation_id="workspaces_members_destroy", responses={204: None})
+    def delete(self, request: Request, slug: str, username: str) -> Response:
+        workspace = get_object_or_404(_workspaces_visible(request), slug=slug)
+        _admin_required(request, workspace.pk)
+        membership = get_object_or_404(Membership, workspace=workspace,
+                                       user__username=username)
+        membership.delete()
+        return Response(status=204)
+
+
+# --- repositories ------------------------------------------------------------------------------
+
+
+class RepositoryOutputSerializer(serializers.ModelSerializer):
+    workspace = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    has_webhook_secret = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Repository
+        fields = ["id", "workspace", "name", "provider", "external_id", "clone_url",
+                  "default_branch", "test_command", "forbidden_paths", "allowed_commands",
+                  "max_active_runs", "has_webhook_secret", "created_at"]
+        read_only_fields = fields
+
+    def get_has_webhook_secret(self, repository: Repository) -> bool:
+        return bool(repository.webhook_secret)
+
+
+class RepositoryWriteSerializer(serializers.ModelSerializer):
+    webhook_secret = serializers.CharField(max_length=200, required=False, allow_blank=True,
+                                           write_only=True)
+    forbidden_paths = serializers.ListField(child=serializers.CharField(max_length=300),
+                                            required=False)
+    allowed_commands = serializers.ListField(child=serializers.CharField(max_length=100),
+                                             required=False)
+
+    class Meta:
+        model = Repository
+        fields = ["name", "provider", "external_id", "clone_url", "default_branch",
+                  "test_command", "webhook_secret", "forbidden_paths", "allowed_commands",
+                  "max_active_runs"]
+
+
+def _local_clone_guard(request: Request, provider: str, clone_url: str | None) -> None:
+    # A local clone URL is a path on the platform's own disk; letting any workspace
+    # admin choose one would let them read another tenant's repository.
+    if provider == Repository.Provider.LOCAL and clone_url is not None \
+            and not request.user.is_staff:
+        raise serializers.ValidationError(
+            {"clone_url": ["only staff may register a local (on-disk) repository"]})
+
+
+def _repositories_visible(request: Request) -> QuerySet[Repository]:
+    return (
+        Repository.objects.filter(workspace_id__in=workspace_ids_for(user=request.user))
+        .select_related("workspace").order_by("workspace__slug", "name", "id")
+    )
+
+
+class RepositoryCollectionApi(generics.ListAPIView):
+    """Repositories of the caller's workspaces (GET); workspace admins add one (POST)."""
+
+    class CreateInputSerializer(RepositoryWriteSerializer):
+        workspace = serializers.SlugField(max_length=64)
+
+        class Meta(RepositoryWriteSerializer.Meta):
+            fields = ["workspace", *RepositoryWriteSerializer.Meta.fields]
+
+    serializer_class = RepositoryOutputSerializer
+    pagination_class = LimitOffsetPagination
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = RepositoryFilter
+
+    def get_queryset(self) -> QuerySet[Repository]:
+        return _repositories_visible(self.request)
+
+    @extend_schema(operation_id="repositories_create", request=CreateInputSerializer,
+                   responses={201: RepositoryOutputSerializer})
+    def post(self, request: Request) -> Response:
+        serializer = self.CreateInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        workspace = Workspace.objects.filter(
+            slug=data.pop("workspace"), pk__in=workspace_ids_for(user=request.user)).first()
+        if workspace is None:
+            raise serializers.ValidationError({"workspace": ["no such workspace"]})
+        _admin_required(request, workspace.pk)
+        _local_clone_guard(request, data.get("provider", Repository.Provider.LOCAL),
+                           data.get("clone_url"))
+        if Repository.objects.filter(workspace=workspace, name=data["name"]).exists():
+            raise serializers.ValidationError({"name": ["already used in this workspace"]})
+        repository = Repository.objects.create(workspace=workspace, **data)
+        return Response(RepositoryOutputSerializer(repository).data, status=201)
+
+
+class RepositoryDetailApi(APIView):
+    """One repository (GET); workspace admins change (PATCH) or delete it (DELETE)."""
+
+    class UpdateInputSerializer(RepositoryWriteSerializer):
+        pass
+
+    def _get(self, request: Request, pk: Any) -> Repository:
+        return get_object_or_404(_repositories_visible(request), pk=pk)
+
+    @extend_schema(operation_id="repositories_retrieve", responses=RepositoryOutputSerializer)
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(RepositoryOutputSerializer(self._get(request, pk)).data)
+
+    @extend_schema(operation_id="repositories_partial_update", request=UpdateInputSerializer,
+                   responses=RepositoryOutputSerializer)
+    def patch(self, request: Request, pk: int) -> Response:
+        repository = self._get(request, pk)
+        _admin_required(request, repository.workspace_id)
+        serializer = self.UpdateInputSerializer(repository, data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        _local_clone_guard(request,
+                           serializer.validated_data.get("provider", repository.provider),
+                           serializer.validated_data.get("clone_url"))
+        name = serializer.validated_data.get("name")
+        if name and Repository.objects.filter(workspace_id=repository.workspace_id, name=name) \
+                .exclude(pk=repository.pk).exists():
+            raise serializers.ValidationError({"name": ["already used in this workspace"]})
+        repository = serializer.save()
+        return Response(RepositoryOutputSerializer(repository).data)
+
+    @extend_schema(operation_id="repositories_destroy", responses={204: None, 409: None})
+    def delete(self, request: Request, pk: int) -> Response:
+        repository = self._get(request, pk)
+        _admin_required(request, repository.workspace_id)
+        repository.delete()  # ProtectedError (it has tasks) answers 409
+        return Response(status=204)
+
+
+# --- tokens ------------------------------------------------------------------------------------
+
+
+class TokenOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+        read_only_fields = fields
+
+
+class TokenCollectionApi(APIView):
+    """The caller's API tokens (GET); issue a new one (POST) — its secret is shown once."""
+
+    class CreateInputSerializer(serializers.Serializer):
+        name = serializers.CharField(max_length=100, default="", allow_blank=True)
+
+    class CreateOutputSerializer(TokenOutputSerializer):
+        token = serializers.CharField(read_only=True,
+                                      help_text="The secret; shown only in this response.")
+
+        class Meta(TokenOutputSerializer.Meta):
+            fields = [*TokenOutputSerializer.Meta.fields, "token"]
+            read_only_fields = fields
+
+    @extend_schema(operation_id="tokens_list", responses=TokenOutputSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        tokens = ApiToken.objects.filter(user=request.user).order_by("-created_at")
+        return Response(TokenOutputSerializer(tokens, many=True).data)
+
+    @extend_schema(operation_id="tokens_create", request=CreateInputSerializer,
+                   responses={201: CreateOutputSerializer})
+    def post(self, request: Request) -> Response:
+        serializer = self.CreateInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        token, secret = api_token_issue(user=request.user, name=serializer.validated_data["name"])
+        token.token = secret
+        return Response(self.CreateOutputSerializer(token).data, status=201)
+
+
+class TokenDetailApi(APIView):
+    """Revoke one of the caller's tokens (DELETE); it stops working at once."""
+
+    @extend_schema(operation_id="tokens_revoke", responses={204: None})
+    def delete(self, request: Request, pk: int) -> Response:
+        token = get_object_or_404(ApiToken, user=request.user, pk=pk)
+        api_token_revoke(token=token)
+        return Response(status=204)
