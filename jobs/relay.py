@@ -113,9 +113,11 @@ def stream_publish(rows: list[OutboxEvent]) -> list[Exception | None]:
         if run_id:
             # A wake-up, not the event: a live view re-reads the timeline from the
             # database, so a lost message costs latency, never data.
+            # Same shape as the on-commit announcement (agentplatform.api.notify), plus
+            # the event's id and type; this one also reaches a separate stream Redis.
             pipe.publish(run_channel(run_id), json.dumps({
+                "run_id": run_id, "sequence": row.payload.get("sequence"),
                 "id": str(row.event_id), "type": row.type,
-                "sequence": row.payload.get("sequence"),
             }))
     results = pipe.execute(raise_on_error=False)
     per_row: list[Exception | None] = []
