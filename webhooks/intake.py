@@ -120,7 +120,9 @@ def _candidates(provider: str, external_id: str) -> list[_Candidate]:
             else:
                 shared.repository_ids.append(pk)
     candidates = list(by_secret.values())
-    if fallback:
+    # The fallback verifies deliveries for repositories that rely on it, and for names
+    # no repository claims (recorded and ignored); never for one with its own secret.
+    if fallback and (shared.repository_ids or not by_secret):
         candidates.append(shared)
     return candidates
 
@@ -220,8 +222,8 @@ def webhook_receipt_record(
         log.info("webhook.duplicate", provider=provider, delivery_id=delivery_id, hook_id=hook_id)
         return IntakeResult(receipt_id=existing, duplicate=True)
     metrics.deliveries.labels(provider=provider, outcome="accepted").inc()
-    log.info("webhook.received", provider=provider, event=event, delivery_id=delivery_id,
-             receipt_id=receipt.pk)
+    log.info("webhook.received", provider=provider, webhook_event=event,
+             delivery_id=delivery_id, receipt_id=receipt.pk)
     return IntakeResult(receipt_id=receipt.pk, duplicate=False)
 
 

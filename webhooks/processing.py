@@ -657,7 +657,7 @@ def webhook_receipt_process(*, receipt_id: int) -> str:
     elapsed = time.monotonic() - started
     metrics.processed.labels(provider=receipt.provider, status=outcome.status).inc()
     metrics.processing_seconds.labels(provider=receipt.provider).observe(elapsed)
-    log.info("webhook.processed", receipt_id=receipt_id, event=receipt.event,
+    log.info("webhook.processed", receipt_id=receipt_id, webhook_event=receipt.event,
              action=receipt.action, status=outcome.status, reason=outcome.reason[:200])
     return outcome.status
 
