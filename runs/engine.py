@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,10 +26,10 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from runs import dispatch
+from runs.logs import log
 from runs.models import Run, Task
 from runs.state import ACTIVE, STEPPABLE, TERMINAL, transition_check
 from runs.timeline import PendingEvent, events_record
-from runs.logs import log
 
 S = Run.Status
 
@@ -254,17 +255,11 @@ def _handlers() -> dict[str, Handler]:
     return steps.HANDLERS
 
 
-def budget_check(run: Run) -> None:
-    """Fail (or time out) the run when one of its task's cumulative budgets is spent."""
-    task = run.task
-    usage = task.usage or {}
-    started = run.started_at or run.created_at
-    elapsed = (timezone.now() - started).total_seconds() + float(usage.get("wall_clock_seconds", 0))
-    if elapsed > task.budget_limit("wall_clock_seconds"):
-        raise StepFailed("budget_wall_clock", f"{elapsed:.0f}s elapsed", status=S.TIMED_OUT)
-    cost = float(usage.get("cost_usd", 0)) + float(run.cost_usd)
-    if cost > task.budget_limit("cost_usd"):
-        raise StepFailed("budget_cost", f"${cost:.4f} spent")
+def budget_check(ctx: StepContext) -> None:
+    """Fail (or time out) the run when its task's cumulative wall-clock or cost is spent."""
+    from runs.agent.budget import budget_enforce
+
+    budget_enforce(ctx, "wall_clock_seconds", "cost_usd")
 
 
 def step_execute(*, run_id: str, step_no: int, owner: str | None = None) -> str:
@@ -282,7 +277,7 @@ def step_execute(*, run_id: str, step_no: int, owner: str | None = None) -> str:
         if run.cancel_requested_at is not None:
             outcome = Outcome(to=S.CANCELLED, reason="cancelled", detail=run.cancel_reason)
         else:
-            budget_check(run)
+            budget_check(ctx)
             handler = _handlers()[run.status]
             with Heartbeat(lease) as heartbeat:
                 ctx.heartbeat = heartbeat
@@ -402,6 +397,22 @@ def _after_terminal(run_id: uuid.UUID) -> None:
         log.exception("run.after_terminal_failed", run_id=str(run_id))
 
 
+def run_drive_inline(*, run_id: uuid.UUID | str, max_steps: int = 500) -> Run:
+    """Advance a run step by step in this process until it stops being steppable.
+
+    The same protocol a worker follows (lease, step, fenced commit); the wake-up messages
+    the commits send are duplicates this loop has already acted on and do nothing.
+    For debugging a run from a shell and for tests that drive a run directly.
+    """
+    for _ in range(max_steps):
+        run = Run.objects.get(pk=run_id)
+        if run.status not in STEPPABLE:
+            return run
+        if step_execute(run_id=str(run.id), step_no=run.step_no) == "skipped":
+            time.sleep(0.05)  # someone else holds the lease; let it expire or finish
+    return Run.objects.get(pk=run_id)
+
+
 def run_end_unleased(
     *, run_id: uuid.UUID | str, target: str, reason: str, detail: str = "",
     events: list[PendingEvent] | None = None,
@@ -433,10 +444,12 @@ def run_end_unleased(
         )
         ctx = StepContext(run, Lease(run.id, "", run.attempt, run.step_no))
         pending = list(events or [])
-        pending.append(
-            PendingEvent("agent.run.status.changed", {"from": source, "to": target, "reason": reason})
+        pending.append(PendingEvent(
+            "agent.run.status.changed", {"from": source, "to": target, "reason": reason}
+        ))
+        pending.extend(
+            _terminal_events(ctx, target, Outcome(to=target, reason=reason, detail=detail))
         )
-        pending.extend(_terminal_events(ctx, target, Outcome(to=target, reason=reason, detail=detail)))
         events_record(task=run.task, run=run, events=pending)
         transaction.on_commit(lambda: _after_terminal(run.id))
     return True

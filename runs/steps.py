@@ -4,22 +4,44 @@ carry natural keys, and the working copy is rebuilt from the last checkpoint."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import time
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
-from runs.agent.artifacts import artifact_create
-from runs.agent.judge import judge_rules
-from runs.agent.sandbox import CommandCancelled, SandboxError
-from runs.agent.tools import TOOL_SCHEMAS, ToolDenied, Toolbox, ToolPolicy
+from runs.agent.artifacts import artifact_create, redact
+from runs.agent.budget import Spent, budget_enforce, budget_exhausted, budget_used
+from runs.agent.judge import (
+    DEFAULT_MAX_DIFF_LINES,
+    Verdict,
+    judge_model_parse,
+    judge_rules,
+    verdict_combine,
+)
+from runs.agent.sandbox import CommandCancelled, LocalSandbox, SandboxError
+from runs.agent.tools import TOOL_SCHEMAS, Toolbox, ToolDenied, ToolPolicy
 from runs.agent.turns import turn_obtain
 from runs.agent.verify import verification_classify, verification_summary
-from runs.agent.workspace import workspace_clone, workspace_diff, workspace_ensure
-from runs.engine import Handler, Outcome, RunCancelled, StepContext, StepFailed
+from runs.agent.workspace import (
+    workspace_clone,
+    workspace_diff,
+    workspace_ensure,
+    workspace_restore,
+)
+from runs.engine import (
+    Handler,
+    Outcome,
+    RunCancelled,
+    StepContext,
+    StepFailed,
+    TransientStepError,
+)
 from runs.gitproviders import git_provider_for
+from runs.gitproviders.base import GitProviderError, branch_commit
 from runs.models import (
     Approval,
     JudgeAttempt,
@@ -32,6 +54,8 @@ from runs.models import (
 
 S = Run.Status
 TURNS_PER_STEP = 6
+# Tools after which the working copy may differ from the checkpointed diff.
+MUTATING_TOOLS = frozenset({"write_file", "replace_text", "run_command"})
 CONTEXT_CHAR_BUDGET = 24_000
 
 SYSTEM_PROMPT = (
@@ -113,7 +137,7 @@ def step_context_loading(ctx: StepContext) -> Outcome:
 
 def step_planning(ctx: StepContext) -> Outcome:
     messages = list(ctx.checkpoint["messages"])
-    ask = messages + [{"role": "user", "content": "Write a short plan before acting."}]
+    ask = [*messages, {"role": "user", "content": "Write a short plan before acting."}]
     reply = turn_obtain(ctx, turn_no=0, purpose="plan", messages=ask, tools=[], turn_index=0)
     plan = artifact_create(run=ctx.run, kind="plan", name="plan", content=reply.content)
     messages.append({"role": "assistant", "content": f"Plan:\n{reply.content}"})
@@ -125,28 +149,23 @@ def step_planning(ctx: StepContext) -> Outcome:
 # --- running ---------------------------------------------------------------------------
 
 
-def _tool_events(ctx: StepContext, call: ToolCall) -> None:
-    base = {"tool_call_id": call.call_id, "tool": call.tool, "turn_no": call.turn_no}
-    ctx.emit("agent.tool.call.requested", {**base, "arguments": _short(call.arguments)})
-    if call.status == ToolCall.Status.DENIED:
-        ctx.emit("agent.tool.call.denied", {**base, "reason": call.error})
-        ctx.emit("agent.policy.denied", {**base, "reason": call.error})
-        return
-    ctx.emit("agent.tool.call.started", base)
-    ctx.emit(f"agent.tool.call.{call.status}", {**base, "duration_ms": call.duration_ms,
-                                               "error": call.error[:300]})
+def _restore(ctx: StepContext) -> LocalSandbox:
+    """The working copy exactly as the checkpoint describes it (see workspace_restore)."""
+    try:
+        return workspace_restore(run=ctx.run, diff=ctx.checkpoint.get("diff"))
+    except SandboxError as exc:
+        raise StepFailed("sandbox_error", str(exc)) from exc
 
 
 def _short(arguments: dict[str, Any]) -> dict[str, Any]:
-    return {k: (v[:200] + "…" if isinstance(v, str) and len(v) > 200 else v)
+    """Tool arguments fit for an event: long strings cut, secrets redacted."""
+    return {k: redact(v[:200] + "…" if len(v) > 200 else v) if isinstance(v, str) else v
             for k, v in arguments.items()}
 
 
-def step_running(ctx: StepContext) -> Outcome:
-    """Model turns with tools until the model finishes or the step's turn share is used."""
-    sandbox = _sandbox(ctx)
+def _toolbox(ctx: StepContext, sandbox: LocalSandbox) -> Toolbox:
     repository = ctx.repository
-    toolbox = Toolbox(
+    return Toolbox(
         sandbox,
         ToolPolicy(
             forbidden_paths=list(repository.forbidden_paths),
@@ -155,87 +174,153 @@ def step_running(ctx: StepContext) -> Outcome:
         ),
         should_stop=ctx.should_stop,
     )
+
+
+def _tool_call_run(
+    ctx: StepContext, toolbox: Toolbox, *, turn_no: int, call_id: str, request: Any
+) -> tuple[str, bool]:
+    """Carry out one tool call the model asked for; returns its output and ``finished``.
+
+    The call's row and its requested/started (or denied) events commit before it runs,
+    so a long command is visible while it runs; its end commits after. A call that a
+    crashed attempt already reported is executed again to rebuild the working copy,
+    without reporting it twice.
+    """
+    ctx.check_cancelled()
+    keys = {"run": ctx.run, "step_no": ctx.step_no, "turn_no": turn_no, "call_id": call_id}
+    existing = ToolCall.objects.filter(**keys).first()
+    base = {"tool_call_id": call_id, "tool": request.name, "turn_no": turn_no,
+            "step_no": ctx.step_no}
+    try:
+        toolbox.check(request.name, request.arguments)
+        denial = ""
+    except ToolDenied as exc:
+        denial = str(exc)
+    if existing is None:
+        with ctx.fenced():
+            ToolCall.objects.create(
+                **keys, tool=request.name[:64], arguments=request.arguments,
+                status=ToolCall.Status.DENIED if denial else ToolCall.Status.STARTED,
+                error=denial, finished_at=timezone.now() if denial else None,
+            )
+            ctx.emit("agent.tool.call.requested", {**base, "arguments": _short(request.arguments)})
+            if denial:
+                ctx.emit("agent.tool.call.denied", {**base, "reason": denial})
+                ctx.emit("agent.policy.denied", {**base, "reason": denial,
+                                                 "arguments": _short(request.arguments)})
+            else:
+                ctx.emit("agent.tool.call.started", base)
+    if denial:
+        return f"denied by policy: {denial}", False
+    started = time.monotonic()
+    try:
+        result = toolbox.execute(request.name, request.arguments)
+    except CommandCancelled as exc:
+        raise RunCancelled() from exc
+    duration_ms = int((time.monotonic() - started) * 1000)
+    report = existing is None or existing.status == ToolCall.Status.STARTED
+    with ctx.fenced():
+        ToolCall.objects.filter(**keys).update(
+            status=result.status, result={"output": redact(result.output[:4000]), **result.data},
+            error="" if result.status == "completed" else redact(result.output[:1000]),
+            duration_ms=duration_ms, finished_at=timezone.now(),
+        )
+        if report:
+            ctx.emit(f"agent.tool.call.{result.status}", {
+                **base, "duration_ms": duration_ms, **result.data,
+                "error": "" if result.status == "completed" else redact(result.output[-300:]),
+            })
+    return result.output, result.finished
+
+
+def _call_ids(turn_no: int, requests: list[Any]) -> list[str]:
+    """A unique id per call of a turn, even when a server repeats or omits ids."""
+    ids: list[str] = []
+    for position, request in enumerate(requests):
+        call_id = (request.id or f"call-{turn_no}-{position}")[:180]
+        if call_id in ids:
+            call_id = f"{call_id}#{position}"
+        ids.append(call_id)
+    return ids
+
+
+def step_running(ctx: StepContext) -> Outcome:
+    """Model turns with tools until the model finishes or the step's turn share is used.
+
+    After each turn the conversation and the working copy's diff are checkpointed, so a
+    re-executed step resumes at the next turn; the turn in flight is replayed from its
+    stored answer and its tools run again on the restored working copy.
+    """
+    sandbox = _restore(ctx)
+    toolbox = _toolbox(ctx, sandbox)
+    progress = ctx.checkpoint.get("progress") or {}
+    resuming = progress.get("step_no") == ctx.step_no
+    first_turn = int(progress.get("turn_no", 0)) + 1 if resuming else 1
+    finished = bool(progress.get("finished")) if resuming else False
     messages: list[dict[str, Any]] = list(ctx.checkpoint.get("messages", []))
     act_turns = int(ctx.checkpoint.get("act_turns", 0))
-    tool_failures = int(ctx.checkpoint.get("tool_failures", 0))
-    finished = False
-    for turn_no in range(1, TURNS_PER_STEP + 1):
+    for turn_no in range(first_turn, TURNS_PER_STEP + 1):
+        if finished:
+            break
         reply = turn_obtain(
             ctx, turn_no=turn_no, purpose="act", messages=messages, tools=TOOL_SCHEMAS,
             turn_index=act_turns,
         )
         act_turns += 1
+        call_ids = _call_ids(turn_no, reply.tool_calls)
         messages.append({
             "role": "assistant",
             "content": reply.content,
             "tool_calls": [
-                {"id": c.id, "type": "function",
+                {"id": call_id, "type": "function",
                  "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-                for c in reply.tool_calls
+                for call_id, c in zip(call_ids, reply.tool_calls, strict=True)
             ],
         })
         if not reply.tool_calls:
             messages.append({"role": "user", "content": "Use a tool, or call finish."})
-            continue
-        for request in reply.tool_calls:
-            ctx.check_cancelled()
-            call = ToolCall(run=ctx.run, step_no=ctx.step_no, turn_no=turn_no,
-                            call_id=request.id, tool=request.name, arguments=request.arguments)
-            started = timezone.now()
-            try:
-                toolbox.check(request.name, request.arguments)
-            except ToolDenied as exc:
-                call.status, call.error = ToolCall.Status.DENIED, str(exc)
-                output = f"denied: {exc}"
-            else:
-                try:
-                    result = toolbox.execute(request.name, request.arguments)
-                except CommandCancelled as exc:
-                    raise RunCancelled() from exc
-                call.status = result.status
-                call.result = {"output": result.output[:4000], **result.data}
-                output = result.output
-                if result.status != "completed":
-                    call.error = result.output[:1000]
-                    tool_failures += 1
-                finished = finished or result.finished
-            call.finished_at = timezone.now()
-            call.duration_ms = int((call.finished_at - started).total_seconds() * 1000)
-            _tool_events(ctx, call)
-            ctx.write_on_commit(lambda call=call: ToolCall.objects.update_or_create(
-                run=call.run, step_no=call.step_no, turn_no=call.turn_no, call_id=call.call_id,
-                defaults={"tool": call.tool, "arguments": call.arguments, "status": call.status,
-                          "result": call.result, "error": call.error,
-                          "duration_ms": call.duration_ms, "finished_at": call.finished_at},
-            ))
-            messages.append({"role": "tool", "tool_call_id": request.id, "content": output[:8000]})
-        if tool_failures > ctx.task.budget_limit("tool_retries"):
-            raise StepFailed("budget_tool_retries", f"{tool_failures} failed tool calls")
-        if finished:
-            break
-    ctx.checkpoint.update(messages=messages, act_turns=act_turns, tool_failures=tool_failures)
-    diff = workspace_diff(sandbox, ctx.run.base_commit)
-    ctx.checkpoint["diff"] = diff.text
+        for call_id, request in zip(call_ids, reply.tool_calls, strict=True):
+            output, done = _tool_call_run(ctx, toolbox, turn_no=turn_no, call_id=call_id,
+                                          request=request)
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": output[:8000]})
+            finished = finished or done
+        if any(c.name in MUTATING_TOOLS for c in reply.tool_calls):
+            ctx.checkpoint["diff"] = workspace_diff(sandbox, ctx.run.base_commit).text
+        ctx.checkpoint.update(
+            messages=messages, act_turns=act_turns,
+            progress={"step_no": ctx.step_no, "turn_no": turn_no, "finished": finished},
+        )
+        with ctx.fenced():
+            Run.objects.filter(pk=ctx.run.pk).update(checkpoint=ctx.checkpoint)
+        budget_enforce(ctx, "tool_retries")
     if not finished:
         return Outcome()  # stay in running; the next step continues the conversation
+    return _patch_record(ctx, sandbox)
+
+
+def _patch_record(ctx: StepContext, sandbox: LocalSandbox) -> Outcome:
+    """The finished attempt's diff as a Patch (once, even if this step runs again)."""
+    diff = workspace_diff(sandbox, ctx.run.base_commit)
+    ctx.checkpoint["diff"] = diff.text
     if not diff.text.strip():
         raise StepFailed("empty_patch", "the agent finished without changing anything")
     attempt_no = int(ctx.checkpoint.get("attempt_no", 1))
-    diff_artifact = artifact_create(run=ctx.run, kind="diff", name=f"patch {attempt_no}",
-                                    content=diff.text, content_type="text/x-diff",
-                                    redacted=False)
-    patch, _ = Patch.objects.get_or_create(
-        run=ctx.run, attempt_no=attempt_no,
-        defaults={"diff_sha256": diff.sha256, "diff_artifact": diff_artifact,
-                  "files_changed": diff.files, "lines_added": diff.added,
-                  "lines_removed": diff.removed},
-    )
+    patch = Patch.objects.filter(run=ctx.run, attempt_no=attempt_no).first()
+    if patch is None:
+        with ctx.fenced():
+            artifact = artifact_create(run=ctx.run, kind="diff", name=f"patch {attempt_no}",
+                                       content=diff.text, content_type="text/x-diff")
+            patch = Patch.objects.create(
+                run=ctx.run, attempt_no=attempt_no, diff_sha256=diff.sha256,
+                diff_artifact=artifact, files_changed=diff.files, lines_added=diff.added,
+                lines_removed=diff.removed,
+            )
+            ctx.emit("agent.patch.created", {
+                "patch_id": patch.id, "attempt_no": attempt_no, "sha256": patch.diff_sha256,
+                "files": patch.files_changed, "lines_added": patch.lines_added,
+                "lines_removed": patch.lines_removed, "artifact_id": str(artifact.id),
+            })
     ctx.checkpoint["patch_id"] = patch.id
-    ctx.emit("agent.patch.created", {
-        "patch_id": patch.id, "attempt_no": attempt_no, "sha256": patch.diff_sha256,
-        "files": patch.files_changed, "lines_added": patch.lines_added,
-        "lines_removed": patch.lines_removed, "artifact_id": str(patch.diff_artifact_id),
-    })
     return Outcome(to=S.VERIFYING)
 
 
@@ -243,24 +328,37 @@ def step_running(ctx: StepContext) -> Outcome:
 
 
 def _retry_with_feedback(ctx: StepContext, *, reason: str, feedback: str) -> Outcome:
-    attempt_no = int(ctx.checkpoint.get("attempt_no", 1))
-    if attempt_no >= ctx.task.budget_limit("agent_attempts"):
-        raise StepFailed(reason, f"attempt budget spent after {attempt_no} attempts")
-    ctx.checkpoint["attempt_no"] = attempt_no + 1
+    """Back to running with ``feedback`` for the model, if the task has attempts left."""
+    limit = ctx.task.budget_limit("agent_attempts")
+    used = budget_used(task=ctx.task, run=ctx.run, name="agent_attempts")
+    if used + 1 > limit:
+        raise budget_exhausted(
+            ctx, Spent("agent_attempts", used, limit),
+            detail=f"{reason} after {used:g} of {limit:g} attempts",
+        )
+    ctx.checkpoint["attempt_no"] = int(ctx.checkpoint.get("attempt_no", 1)) + 1
     messages = list(ctx.checkpoint.get("messages", []))
     messages.append({"role": "user", "content": feedback})
     ctx.checkpoint["messages"] = messages
+    ctx.checkpoint.pop("progress", None)
+    ctx.emit("agent.feedback.sent", {"reason": reason,
+                                     "attempt_no": ctx.checkpoint["attempt_no"],
+                                     "summary": redact(feedback[:500])})
     return Outcome(to=S.RUNNING, reason=reason)
 
 
 def step_verifying(ctx: StepContext) -> Outcome:
+    """Run the repository's test command on exactly the patch; categorise the outcome."""
     patch = Patch.objects.get(pk=ctx.checkpoint["patch_id"])
     command = ctx.repository.test_command
     existing = VerificationAttempt.objects.filter(run=ctx.run, patch=patch,
                                                   verifier="test_command").first()
+    data = {"patch_id": patch.id, "command": command, "attempt_no": patch.attempt_no}
     if existing is None:
-        sandbox = _sandbox(ctx)
+        sandbox = _restore(ctx)
         ctx.check_cancelled()
+        with ctx.fenced():
+            ctx.emit("agent.verification.started", data)
         try:
             result = sandbox.run(command, timeout=settings.COMMAND_TIMEOUT_SECONDS,
                                  should_stop=ctx.should_stop)
@@ -273,11 +371,9 @@ def step_verifying(ctx: StepContext) -> Outcome:
         existing = VerificationAttempt(
             run=ctx.run, patch=patch, verifier="test_command", command=command,
             outcome=outcome, exit_code=result.exit_code, duration_ms=result.duration_ms,
-            summary=summary, log_artifact=log,
+            summary=redact(summary), log_artifact=log,
         )
         ctx.write_on_commit(existing.save)
-    data = {"patch_id": patch.id, "command": command, "attempt_no": patch.attempt_no}
-    ctx.emit("agent.verification.started", data)
     result_data = {**data, "outcome": existing.outcome, "exit_code": existing.exit_code,
                    "duration_ms": existing.duration_ms,
                    "log_artifact_id": str(existing.log_artifact_id)}
@@ -293,28 +389,63 @@ def step_verifying(ctx: StepContext) -> Outcome:
     )
 
 
+JUDGE_PROMPT = (
+    "You review a patch made by a coding agent. Answer with JSON only: "
+    '{"verdict": "accept" | "revise" | "block", "score": <0..1>, "reasons": "<short>"}. '
+    "Block only for harmful or unrelated changes; ask to revise when the change does not "
+    "do what was asked."
+)
+
+
+def _model_judge(ctx: StepContext, diff_text: str) -> Verdict | None:
+    """The optional model judge: a score and a verdict, checkpointed like any turn."""
+    if not (ctx.task.model_options.get("model_judge", settings.AGENT_MODEL_JUDGE)):
+        return None
+    messages = [
+        {"role": "system", "content": JUDGE_PROMPT},
+        {"role": "user", "content": f"Task: {ctx.task.instruction}\n\nPatch:\n{diff_text[:40000]}"},
+    ]
+    reply = turn_obtain(ctx, turn_no=0, purpose="judge", messages=messages, tools=[],
+                        turn_index=0)
+    return judge_model_parse(reply.content)
+
+
 def step_judging(ctx: StepContext) -> Outcome:
+    """Rule checks on the patch, then the optional model judge; the worst verdict wins."""
     patch = Patch.objects.select_related("diff_artifact").get(pk=ctx.checkpoint["patch_id"])
-    verdict = judge_rules(
-        diff_text=patch.diff_artifact.content, files=list(patch.files_changed),
+    # The stored artifact is redacted; the judge must see what would be pushed.
+    diff_text = ctx.checkpoint.get("diff") or ""
+    if hashlib.sha256(diff_text.encode("utf-8")).hexdigest() != patch.diff_sha256:
+        diff_text = patch.diff_artifact.content
+    rules = judge_rules(
+        diff_text=diff_text, files=list(patch.files_changed),
         lines_changed=patch.lines_added + patch.lines_removed,
         forbidden_paths=list(ctx.repository.forbidden_paths),
         scope=ctx.task.model_options.get("scope"),
-        max_diff_lines=int(ctx.task.model_options.get("max_diff_lines", 2000)),
+        max_diff_lines=int(ctx.task.model_options.get("max_diff_lines", DEFAULT_MAX_DIFF_LINES)),
     )
-    ctx.write_on_commit(lambda: JudgeAttempt.objects.get_or_create(
-        run=ctx.run, patch=patch, judge="rules",
-        defaults={"verdict": verdict.verdict, "findings": verdict.findings},
-    ))
-    ctx.emit("agent.judge.completed", {"patch_id": patch.id, "judge": "rules",
-                                       "verdict": verdict.verdict, "findings": verdict.findings})
-    if verdict.verdict == "block":
-        rules = ", ".join(sorted({f["rule"] for f in verdict.findings}))
-        raise StepFailed("judge_blocked", f"blocked by rules: {rules}")
-    if verdict.verdict == "revise":
+    verdicts = [("rules", rules)]
+    if rules.verdict != "block":
+        model = _model_judge(ctx, diff_text)
+        if model is not None:
+            verdicts.append(("model", model))
+    for judge, verdict in verdicts:
+        ctx.write_on_commit(lambda judge=judge, verdict=verdict: JudgeAttempt.objects.get_or_create(
+            run=ctx.run, patch=patch, judge=judge,
+            defaults={"verdict": verdict.verdict, "findings": verdict.findings,
+                      "score": verdict.score},
+        ))
+        ctx.emit("agent.judge.completed", {"patch_id": patch.id, "judge": judge,
+                                           "verdict": verdict.verdict, "score": verdict.score,
+                                           "findings": verdict.findings})
+    worst = verdict_combine([v for _, v in verdicts])
+    if worst.verdict == "block":
+        rules_hit = ", ".join(sorted({str(f.get("rule")) for f in worst.findings}))
+        raise StepFailed("judge_blocked", f"blocked by: {rules_hit}")
+    if worst.verdict == "revise":
         return _retry_with_feedback(
             ctx, reason="judge_revise",
-            feedback=f"A reviewer asks for changes: {json.dumps(verdict.findings)}",
+            feedback=f"A reviewer asks for changes: {json.dumps(worst.findings)}",
         )
     if ctx.task.execution_mode == "supervised_pr" or ctx.task.risk_level == "high":
         expires = timezone.now() + timedelta(seconds=settings.APPROVAL_TTL_SECONDS)
@@ -360,46 +491,61 @@ def step_awaiting_approval(ctx: StepContext) -> Outcome:
 
 
 def step_creating_pr(ctx: StepContext) -> Outcome:
-    """Commit, push and open (or update) the task's single pull request; each part repeats
-    safely. A dry run stops before anything leaves the sandbox."""
+    """Commit, push and open (or update) the task's single pull request.
+
+    Each part of the saga repeats safely: the commit is remade from the checkpointed
+    patch, the push is forced onto the task's own branch, the provider looks the PR up by
+    branch before opening one, and the row is an upsert on (task, provider). A dry run
+    stops before anything leaves the sandbox.
+    """
     patch = Patch.objects.get(pk=ctx.checkpoint["patch_id"])
     if ctx.task.execution_mode == "dry_run":
         ctx.emit("agent.pr.skipped", {"reason": "dry_run", "patch_id": patch.id})
         return Outcome(to=S.COMPLETED)
-    from runs.gitproviders.base import branch_commit
-
     repository = ctx.repository
     provider = git_provider_for(repository.provider)
-    sandbox = _sandbox(ctx)
+    sandbox = _restore(ctx)
     branch = ctx.run.branch
     base_branch = ctx.task.target_branch or repository.default_branch
     title = f"agent: {ctx.task.instruction.splitlines()[0][:80]}"
-    ctx.emit("agent.pr.creation.requested", {"branch": branch, "base": base_branch})
+    body = (f"{ctx.task.instruction}\n\n---\nRun {ctx.run.run_no} ({ctx.run.id}), "
+            f"attempt {patch.attempt_no}, patch {patch.diff_sha256[:12]}.")
+    if ctx.run.feedback:
+        body += f"\n\nAddresses feedback:\n{ctx.run.feedback[:2000]}"
+    ctx.emit("agent.pr.creation.requested", {"branch": branch, "base": base_branch,
+                                             "provider": provider.name})
     ctx.check_cancelled()
     try:
         head_sha = branch_commit(sandbox=sandbox, branch=branch, message=title)
         provider.branch_push(repository=repository, sandbox=sandbox, branch=branch)
         info = provider.pull_request_ensure(
             repository=repository, branch=branch, base_branch=base_branch, title=title,
-            body=f"{ctx.task.instruction}\n\nRun {ctx.run.id} (attempt {patch.attempt_no}).",
-            head_sha=head_sha,
+            body=body, head_sha=head_sha,
         )
-    except SandboxError as exc:
+    except GitProviderError as exc:
+        if exc.retryable:
+            raise TransientStepError(str(exc)) from exc
+        ctx.emit("agent.pr.creation.failed", {"branch": branch, "error": redact(str(exc))[:500]})
         raise StepFailed("pr_creation_failed", str(exc)) from exc
+    except SandboxError as exc:
+        ctx.emit("agent.pr.creation.failed", {"branch": branch, "error": redact(str(exc))[:500]})
+        raise StepFailed("pr_creation_failed", str(exc)) from exc
+
+    existed = PullRequest.objects.filter(task=ctx.task, provider=provider.name).exists()
 
     def record() -> None:
         PullRequest.objects.update_or_create(
             task=ctx.task, provider=provider.name,
             defaults={"branch": branch, "base_branch": base_branch, "number": info.number,
                       "url": info.url, "head_sha": head_sha, "title": title,
-                      "last_run": ctx.run},
+                      "last_run": ctx.run, "state": PullRequest.State.OPEN},
         )
 
     ctx.write_on_commit(record)
-    existed = PullRequest.objects.filter(task=ctx.task, provider=provider.name).exists()
     kind = "updated" if existed or not info.created else "created"
     ctx.emit(f"agent.pr.{kind}", {"number": info.number, "url": info.url, "branch": branch,
-                                  "head_sha": head_sha})
+                                  "head_sha": head_sha, "provider": provider.name,
+                                  "reconciled": not existed and not info.created})
     return Outcome(to=S.COMPLETED)
 
 

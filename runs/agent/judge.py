@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,3 +58,41 @@ def judge_rules(
     if findings:
         return Verdict("revise", findings)
     return Verdict("accept", findings)
+
+
+_SEVERITY = {"accept": 0, "revise": 1, "block": 2}
+
+
+def judge_model_parse(content: str) -> Verdict:
+    """The model judge's answer as a Verdict; an unreadable answer is recorded, not trusted.
+
+    An answer that cannot be read neither blocks nor accepts on its own: the rule
+    checks decide, and the finding shows the model judge had nothing usable to say.
+    """
+    match = re.search(r"\{.*\}", content, re.DOTALL)
+    try:
+        data = json.loads(match.group(0)) if match else None
+    except ValueError:
+        data = None
+    verdict = data.get("verdict") if isinstance(data, dict) else None
+    if verdict not in _SEVERITY:
+        return Verdict("accept", [{"rule": "model_judge_unreadable", "severity": "info",
+                                   "answer": content[:300]}])
+    assert isinstance(data, dict)
+    try:
+        score: float | None = min(1.0, max(0.0, float(data.get("score"))))
+    except (TypeError, ValueError):
+        score = None
+    findings = []
+    if verdict != "accept":
+        findings.append({"rule": "model_judge", "severity": verdict,
+                         "reasons": str(data.get("reasons", ""))[:1000]})
+    return Verdict(verdict, findings, score)
+
+
+def verdict_combine(verdicts: list[Verdict]) -> Verdict:
+    """The most severe verdict, carrying every finding and the lowest score."""
+    worst = max(verdicts, key=lambda v: _SEVERITY[v.verdict])
+    findings = [f for v in verdicts for f in v.findings]
+    scores = [v.score for v in verdicts if v.score is not None]
+    return Verdict(worst.verdict, findings, min(scores) if scores else None)

@@ -6,6 +6,7 @@ one; the rest of the agent only sees ``path``, ``resolve``, ``run`` and ``remove
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
@@ -52,9 +53,17 @@ class CommandResult:
 
 @dataclass
 class ResourceLimits:
-    cpu_seconds: int = 600
-    memory_bytes: int = 4 * 1024**3
-    file_size_bytes: int = 512 * 1024**2
+    cpu_seconds: int
+    memory_bytes: int
+    file_size_bytes: int
+
+    @classmethod
+    def from_settings(cls) -> ResourceLimits:
+        return cls(
+            cpu_seconds=settings.SANDBOX_CPU_SECONDS,
+            memory_bytes=settings.SANDBOX_MEMORY_BYTES,
+            file_size_bytes=settings.SANDBOX_FILE_SIZE_BYTES,
+        )
 
 
 class Sandbox(ABC):
@@ -112,7 +121,7 @@ class LocalSandbox(Sandbox):
     def __init__(self, name: str, limits: ResourceLimits | None = None) -> None:
         self.root = Path(settings.SANDBOX_ROOT)
         self.path = self.root / name
-        self.limits = limits or ResourceLimits()
+        self.limits = limits or ResourceLimits.from_settings()
 
     def exists(self) -> bool:
         return self.path.is_dir()
@@ -151,7 +160,7 @@ class LocalSandbox(Sandbox):
         log_path = self.root / f".{self.path.name}.out"
         self.root.mkdir(parents=True, exist_ok=True)
         with open(log_path, "w+b") as log:
-            process = subprocess.Popen(  # noqa: S602 - shell strings come from repository policy
+            process = subprocess.Popen(
                 command,
                 shell=isinstance(command, str),
                 cwd=self.path,
@@ -160,7 +169,7 @@ class LocalSandbox(Sandbox):
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=self._limit,  # noqa: PLW1509
+                preexec_fn=self._limit,
             )
             timed_out = cancelled = False
             while True:
@@ -195,14 +204,33 @@ class LocalSandbox(Sandbox):
         )
 
     def git(self, *args: str, timeout: float = 120) -> CommandResult:
-        return self.run(["git", *args], timeout=timeout)
+        """A git command of the platform's own (diff, reset, commit) in the working copy.
+
+        These run often, so they skip the resource-limit hook that makes every spawn a
+        full fork; hooks and fsmonitor programs the agent may have configured are
+        switched off, so no repository code runs here.
+        """
+        started = time.monotonic()
+        argv = ["git", "-c", f"core.hooksPath={os.devnull}", "-c", "core.fsmonitor=false",
+                *args]
+        try:
+            completed = subprocess.run(
+                argv, cwd=self.path, env=self.environment(), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            output = (exc.output or b"").decode("utf-8", errors="replace")
+            return CommandResult(argv, None, output, int((time.monotonic() - started) * 1000),
+                                 timed_out=True)
+        return CommandResult(
+            argv, completed.returncode, completed.stdout.decode("utf-8", errors="replace"),
+            int((time.monotonic() - started) * 1000),
+        )
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait()
 
 
@@ -210,17 +238,36 @@ def sandbox_for_run(run_id: object) -> LocalSandbox:
     return LocalSandbox(f"run-{run_id}")
 
 
-def sandbox_orphans_sweep(*, active_run_ids: set[str]) -> list[str]:
-    """Remove sandbox directories whose run is no longer active; returns their names."""
+def sandbox_orphans_sweep(*, active_run_ids: set[str], min_age_seconds: float = 3600
+                          ) -> list[str]:
+    """Remove what ended runs left under SANDBOX_ROOT; returns the names removed.
+
+    Working copies of runs that are no longer active go at once (their run ended on a
+    machine that died before cleaning up, or moved to another worker). Scratch
+    directories and command logs belong to steps in flight, so only old ones go.
+    """
     root = Path(settings.SANDBOX_ROOT)
     removed: list[str] = []
     if not root.is_dir():
         return removed
+    now = time.time()
     for entry in root.iterdir():
-        if not entry.is_dir() or not entry.name.startswith("run-"):
-            continue
-        if entry.name.removeprefix("run-") in active_run_ids:
-            continue
-        shutil.rmtree(entry, ignore_errors=True)
-        removed.append(entry.name)
+        name = entry.name
+        if entry.is_dir() and name.startswith("run-"):
+            if name.removeprefix("run-") in active_run_ids:
+                continue
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(name)
+        elif name.startswith(("push-", ".run-")):
+            try:
+                age = now - entry.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            if age < min_age_seconds:
+                continue
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            removed.append(name)
     return removed

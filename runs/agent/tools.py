@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import posixpath
 import re
 import shlex
 from collections.abc import Callable
@@ -38,9 +39,15 @@ class ToolDenied(Exception):
     """The call breaks the repository's policy; it is refused, not retried."""
 
 
+def path_normalize(path: str) -> str:
+    """A repository-relative path without ``./``, duplicate slashes or ``..`` detours."""
+    normalized = posixpath.normpath(path.strip().replace("\\", "/"))
+    return "" if normalized == "." else normalized.lstrip("/")
+
+
 def path_is_forbidden(path: str, patterns: list[str]) -> str | None:
     """The first forbidden pattern that matches ``path`` (or one of its parents)."""
-    normalized = path.strip().lstrip("./") if path.startswith("./") else path.strip()
+    normalized = path_normalize(path)
     name = normalized.rsplit("/", 1)[-1]
     for pattern in patterns:
         if pattern.endswith("/**"):
@@ -165,16 +172,22 @@ class Toolbox:
         """Raise ToolDenied if the call breaks policy; called before the call starts."""
         if name not in TOOL_NAMES:
             raise ToolDenied(f"unknown tool {name!r}")
-        if name in {"replace_text", "write_file"}:
-            path = str(arguments.get("path", ""))
-            pattern = path_is_forbidden(path, self.policy.forbidden_paths)
-            if pattern:
-                raise ToolDenied(f"path {path!r} is forbidden by policy ({pattern})")
         if name in {"replace_text", "write_file", "read_file", "list_files", "search"}:
+            path = str(arguments.get("path", "."))
             try:
-                self.sandbox.resolve(str(arguments.get("path", ".")))
+                resolved = self.sandbox.resolve(path)
             except PathOutsideSandbox as exc:
                 raise ToolDenied(str(exc)) from exc
+            # Check the path as given and as it resolves, so neither a "./" prefix nor
+            # a symlink inside the repository sneaks an edit past the policy.
+            relative = resolved.relative_to(self.sandbox.path.resolve()).as_posix()
+            if relative == ".git" or relative.startswith(".git/"):
+                raise ToolDenied("the repository's .git directory is off limits")
+            if name in {"replace_text", "write_file"}:
+                for candidate in (path, relative):
+                    pattern = path_is_forbidden(candidate, self.policy.forbidden_paths)
+                    if pattern:
+                        raise ToolDenied(f"path {path!r} is forbidden by policy ({pattern})")
         if name == "run_command":
             command = str(arguments.get("command", ""))
             try:
@@ -262,10 +275,14 @@ class Toolbox:
             shlex.split(command), timeout=self.policy.command_timeout,
             should_stop=self.should_stop,
         )
-        status = "timed_out" if result.timed_out else "completed"
+        if result.timed_out:
+            status = "timed_out"
+        else:
+            status = "completed" if result.exit_code == 0 else "failed"
+        code = "timed out" if result.timed_out else f"exit code {result.exit_code}"
         return ToolResult(
             status,
-            result.output[-8000:],
+            f"[{code}]\n{result.output[-8000:]}",
             {"exit_code": result.exit_code, "duration_ms": result.duration_ms},
         )
 

@@ -16,7 +16,8 @@ from django.conf import settings
 from django.db.models import F
 
 from runs.agent.artifacts import artifact_create
-from runs.engine import StepContext, StepFailed
+from runs.agent.budget import budget_enforce
+from runs.engine import StepContext, StepFailed, TransientStepError
 from runs.models import ModelTurn, Run
 from runs.providers import ModelReply, provider_for
 from runs.providers.base import ModelError
@@ -50,17 +51,21 @@ def turn_obtain(
     tools: list[dict[str, Any]],
     turn_index: int,
 ) -> ModelReply:
-    """The model's answer for this turn: from the checkpoint if answered, else asked now."""
+    """The model's answer for this turn: from the checkpoint if answered, else asked now.
+
+    An answer is committed (turn row, usage, artifacts, event) the moment it arrives and
+    before any tool acts on it, so a worker that dies afterwards costs no second call.
+    """
     existing = ModelTurn.objects.filter(
         run=ctx.run, step_no=ctx.step_no, turn_no=turn_no
     ).first()
     if existing is not None:
         return ModelReply.from_json(existing.response)
-    used = ModelTurn.objects.filter(run__task=ctx.task).count()
-    if used >= ctx.task.budget_limit("model_turns"):
-        raise StepFailed("budget_model_turns", f"{used} model turns used")
+    budget_enforce(ctx, "wall_clock_seconds", "cost_usd")
+    budget_enforce(ctx, "model_turns", headroom=1)
     ctx.check_cancelled()
-    provider = provider_for(model_profile(ctx), options=ctx.task.model_options)
+    options = {**ctx.task.model_options, "run_no": ctx.run.run_no}
+    provider = provider_for(model_profile(ctx), options=options)
     started = time.monotonic()
     try:
         reply = provider.complete(
@@ -68,25 +73,26 @@ def turn_obtain(
         )
     except ModelError as exc:
         if exc.retryable:
-            from runs.engine import TransientStepError
-
             raise TransientStepError(str(exc)) from exc
         raise StepFailed("model_error", str(exc)) from exc
     latency_ms = int((time.monotonic() - started) * 1000)
-    cost = turn_cost(reply.model or provider.model, reply.usage.tokens_in, reply.usage.tokens_out)
+    model = reply.model or provider.model
+    cost = turn_cost(model, reply.usage.tokens_in, reply.usage.tokens_out)
     with ctx.fenced():
         request = artifact_create(
             run=ctx.run, kind="model_request", name=f"turn {ctx.step_no}.{turn_no} request",
-            content=json.dumps({"messages": messages, "tools": [t["function"]["name"] for t in tools]}, indent=1),
+            content=json.dumps({"model": model, "purpose": purpose, "messages": messages,
+                                "tools": [t["function"]["name"] for t in tools]}, indent=1),
             content_type="application/json",
         )
         response = artifact_create(
             run=ctx.run, kind="model_response", name=f"turn {ctx.step_no}.{turn_no} response",
-            content=json.dumps(reply.to_json(), indent=1), content_type="application/json",
+            content=json.dumps(reply.raw or reply.to_json(), indent=1),
+            content_type="application/json",
         )
         ModelTurn.objects.create(
             run=ctx.run, step_no=ctx.step_no, turn_no=turn_no, purpose=purpose,
-            provider=provider.name, model=reply.model or provider.model,
+            provider=provider.name, model=model,
             response=reply.to_json(), tokens_in=reply.usage.tokens_in,
             tokens_out=reply.usage.tokens_out, cost_usd=cost, latency_ms=latency_ms,
             request_artifact=request, response_artifact=response,
@@ -95,20 +101,19 @@ def turn_obtain(
             tokens_in=F("tokens_in") + reply.usage.tokens_in,
             tokens_out=F("tokens_out") + reply.usage.tokens_out,
             cost_usd=F("cost_usd") + cost,
-            model_profile=f"{provider.name}:{reply.model or provider.model}",
+            model_profile=f"{provider.name}:{model}",
         )
         ctx.emit(
             "agent.model.turn.completed",
             {
                 "step_no": ctx.step_no, "turn_no": turn_no, "purpose": purpose,
-                "model": reply.model or provider.model, "tokens_in": reply.usage.tokens_in,
+                "model": model, "tokens_in": reply.usage.tokens_in,
                 "tokens_out": reply.usage.tokens_out, "cost_usd": str(cost),
+                "latency_ms": latency_ms,
                 "tool_calls": [c.name for c in reply.tool_calls],
                 "request_artifact_id": str(request.id),
                 "response_artifact_id": str(response.id),
             },
         )
     ctx.run.cost_usd += cost
-    if float(ctx.run.cost_usd) + float(ctx.task.usage.get("cost_usd", 0)) > ctx.task.budget_limit("cost_usd"):
-        raise StepFailed("budget_cost", f"${ctx.run.cost_usd} spent")
     return reply

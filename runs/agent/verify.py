@@ -37,5 +37,5 @@ def verification_summary(output: str, *, max_lines: int = 60) -> str:
         if re.search(r"FAILED|ERROR|Error|assert|Traceback|^E ", line)
     ]
     tail = lines[-max_lines:]
-    picked = interesting[:max_lines // 2] + ["..."] + tail if interesting else tail
+    picked = [*interesting[:max_lines // 2], "...", *tail] if interesting else tail
     return "\n".join(picked)[-6000:]

@@ -11,7 +11,8 @@ def provider_for(name: str, *, options: dict | None = None) -> ModelProvider:
     if kind == "scripted":
         from runs.providers.scripted import ScriptedProvider
 
-        return ScriptedProvider(script=(options or {}).get("script"))
+        options = options or {}
+        return ScriptedProvider(script=options.get("script"), run_no=options.get("run_no", 1))
     if kind == "openai":
         from runs.providers.openai_chat import OpenAIChatProvider
 

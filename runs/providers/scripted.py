@@ -3,7 +3,8 @@
 A script is ``{"plan": "...", "turns": [{"content": "...", "tool_calls": [...]}, ...],
 "judge": {"verdict": "accept", "score": 0.9}}``. Turn N of the run gets turn N of the
 script, so a recovered run that re-asks a turn gets the same answer a real model would
-have been asked for; once the script is exhausted the model finishes.
+have been asked for; once the script is exhausted the model finishes. A follow-up run
+(run N > 1) plays ``"followups": {"N": {...}}`` instead when the script has one.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ def _estimate_tokens(payload: Any) -> int:
 class ScriptedProvider(ModelProvider):
     name = "scripted"
 
-    def __init__(self, script: dict[str, Any] | None) -> None:
-        self.script = script or {}
+    def __init__(self, script: dict[str, Any] | None, *, run_no: int = 1) -> None:
+        script = script or {}
+        followup = (script.get("followups") or {}).get(str(run_no))
+        self.script = {**script, **followup} if followup else script
         self.model = "scripted-1"
 
     def complete(

@@ -1,0 +1,79 @@
+"""Task budgets: what a task may spend across all of its runs.
+
+Usage is counted from the rows a run leaves behind (model turns, tool calls, patches),
+never from counters kept in a run's checkpoint. Those rows are written in the same
+transactions that checkpoint the work, so the count is cumulative over follow-up runs
+and a crash recovery cannot reset it: a replayed turn is a row that already exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db.models import Sum
+from django.utils import timezone
+
+from runs.engine import StepContext, StepFailed
+from runs.models import ModelTurn, Patch, Run, Task, ToolCall
+
+S = Run.Status
+
+# budget name -> (reason code when exhausted, run status it ends in)
+BUDGETS: dict[str, tuple[str, str]] = {
+    "agent_attempts": ("budget_agent_attempts", S.FAILED),
+    "model_turns": ("budget_model_turns", S.FAILED),
+    "tool_retries": ("budget_tool_retries", S.FAILED),
+    "wall_clock_seconds": ("budget_wall_clock", S.TIMED_OUT),
+    "cost_usd": ("budget_cost", S.FAILED),
+}
+FAILED_TOOL_STATUSES = (ToolCall.Status.FAILED, ToolCall.Status.TIMED_OUT)
+
+
+@dataclass
+class Spent:
+    name: str
+    used: float
+    limit: float
+
+
+def budget_used(*, task: Task, run: Run, name: str) -> float:
+    """How much of budget ``name`` the task has used, this run included."""
+    if name == "agent_attempts":
+        return float(Patch.objects.filter(run__task=task).count())
+    if name == "model_turns":
+        return float(ModelTurn.objects.filter(run__task=task).count())
+    if name == "tool_retries":
+        return float(ToolCall.objects.filter(run__task=task,
+                                             status__in=FAILED_TOOL_STATUSES).count())
+    if name == "cost_usd":
+        total = ModelTurn.objects.filter(run__task=task).aggregate(c=Sum("cost_usd"))["c"]
+        return float(total or Decimal("0"))
+    if name == "wall_clock_seconds":
+        # Finished runs added their time to the task at their end; this one is running.
+        earlier = float((task.usage or {}).get("wall_clock_seconds", 0))
+        started = run.started_at or run.created_at
+        return earlier + (timezone.now() - started).total_seconds()
+    raise ValueError(f"unknown budget {name!r}")
+
+
+def budget_exhausted(ctx: StepContext, spent: Spent, *, detail: str = "") -> StepFailed:
+    """Record the exhaustion on the timeline; returns the failure to raise."""
+    reason, status = BUDGETS[spent.name]
+    ctx.emit("agent.budget.exhausted", {"budget": spent.name, "used": round(spent.used, 6),
+                                        "limit": spent.limit, "reason": reason})
+    return StepFailed(reason, detail or f"{spent.name}: used {spent.used:g} of {spent.limit:g}",
+                      status=status)
+
+
+def budget_enforce(ctx: StepContext, *names: str, headroom: float = 0) -> None:
+    """Fail the step if any named budget is spent.
+
+    ``headroom`` is what the next action would add: a model call is refused when the
+    turns already used plus the one about to be asked exceed the limit.
+    """
+    for name in names:
+        limit = ctx.task.budget_limit(name)
+        used = budget_used(task=ctx.task, run=ctx.run, name=name)
+        if used + headroom > limit:
+            raise budget_exhausted(ctx, Spent(name, used, limit))
