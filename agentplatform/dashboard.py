@@ -298,7 +298,7 @@ def dashboard_metrics(*, now: datetime | None = None) -> dict[str, Any]:
 
 def runs_per_hour_svg(series: list[tuple[datetime, dict[str, int]]]) -> SafeString:
     """A stacked bar per hour, one colour per outcome, with a legend."""
-    width, height, left, bottom, top = 560, 190, 34, 22, 26
+    width, height, left, bottom, top = 560, 200, 34, 22, 36
     bar_space = (width - left - 8) / max(1, len(series))
     peak = max([sum(counts.values()) for _, counts in series] + [1])
     scale = (height - bottom - top) / peak
@@ -329,11 +329,10 @@ def runs_per_hour_svg(series: list[tuple[datetime, dict[str, int]]]) -> SafeStri
         if i % 6 == 0:
             parts.append(f'<text x="{x:.1f}" y="{height - 8}" font-size="10" fill="#555">'
                          f'{escape(hour.strftime("%H:00"))}</text>')
-    legend_x = width - 300
     for j, outcome in enumerate(OUTCOMES):
-        parts.append(f'<rect x="{legend_x + j * 75}" y="4" width="9" height="9" '
-                     f'fill="{OUTCOME_COLOURS[outcome]}"/><text x="{legend_x + j * 75 + 12}" '
-                     f'y="12" font-size="10">{escape(outcome)}</text>')
+        parts.append(f'<rect x="{left + j * 80}" y="18" width="9" height="9" '
+                     f'fill="{OUTCOME_COLOURS[outcome]}"/><text x="{left + j * 80 + 12}" '
+                     f'y="26" font-size="10">{escape(outcome)}</text>')
     parts.append("</svg>")
     return mark_safe("".join(parts))  # noqa: S308 - every interpolated text is escaped
 

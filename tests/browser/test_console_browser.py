@@ -1,0 +1,112 @@
+"""An on-call engineer works the console in a real browser (headless Chromium)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+from django.contrib.auth.models import Group
+
+from jobs.models import DeadLetter
+from runs.models import Run
+from tests.browser.conftest import screenshot
+from tests.factories import DeadLetterFactory, UserFactory
+from tests.test_admin_run_page import run_history_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture
+def broker_queues() -> Iterator[None]:
+    """Leave no message behind in this run's broker database."""
+    yield
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    for name in ("agent", "verify", "events", "webhooks"):
+        client.delete(name)
+
+
+@pytest.fixture
+def logged_in(page: Any, live_server: Any, broker_queues: None) -> Any:
+    """A staff operator (not a superuser) logged in through the admin login form."""
+    user = UserFactory(username="oncall", is_staff=True)
+    user.set_password(PASSWORD)
+    user.save()
+    user.groups.add(Group.objects.get_or_create(name="operators")[0])
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+    page.fill("#id_username", "oncall")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#ops-dashboard-link")
+    return page
+
+
+def test_operator_logs_in_and_opens_the_dashboard(logged_in: Any, live_server: Any) -> None:
+    DeadLetterFactory()
+    page = logged_in
+
+    page.click("#ops-dashboard-link")
+
+    page.wait_for_selector("#chart-runs-per-hour")
+    assert page.title().startswith("Operations dashboard")
+    dead = page.locator('[data-metric="open-dead-letters"]')
+    assert dead.locator(".value").inner_text() == "1"
+    assert "bad" in (dead.get_attribute("class") or "")
+    assert page.locator('[data-metric="queue-agent"] .value').inner_text() == "0"
+    screenshot(page, "dashboard")
+
+
+def test_operator_opens_a_run_and_reads_its_timeline(logged_in: Any, live_server: Any) -> None:
+    run = run_history_create(pr=True)
+    page = logged_in
+
+    page.goto(f"{live_server.url}/admin/runs/run/?q={run.task.repository.name}")
+    page.click(f"text={str(run.id)[:8]}")
+
+    page.wait_for_selector("#timeline")
+    phases = page.locator("#timeline .console-phase h3").all_inner_texts()
+    assert [p.lower() for p in phases] == ["setup", "planning", "editing", "verification",
+                                           "judging", "approval"]
+    types = page.locator("#timeline .console-event-type").all_inner_texts()
+    assert types[0] == "agent.run.queued" and "agent.patch.created" in types
+    assert page.locator("#patches .console-diff .add").first.inner_text().startswith("+")
+    assert "Fix add()" in page.locator("#pull-request").inner_text()
+    screenshot(page, "run-timeline")
+
+
+def test_operator_cancels_a_run(logged_in: Any, live_server: Any) -> None:
+    run = run_history_create()
+    page = logged_in
+    page.goto(f"{live_server.url}/admin/runs/run/{run.pk}/change/")
+
+    page.fill("#run-actions input[name=comment]", "wrong repository")
+    page.click("#action-cancel")
+
+    page.wait_for_selector("ul.messagelist")
+    assert "Cancel: 1 row(s) changed." in page.locator("ul.messagelist").inner_text()
+    assert page.locator("#timeline").get_by_text("agent.run.operator_action").count() == 1
+    run.refresh_from_db()
+    assert (run.cancel_requested_by, run.cancel_reason) == ("oncall", "wrong repository")
+    screenshot(page, "run-cancelled")
+
+
+def test_operator_requeues_a_dead_letter(logged_in: Any, live_server: Any) -> None:
+    letter = DeadLetterFactory(task_name="jobs.tasks_readmit", queue="events")
+    page = logged_in
+    page.goto(f"{live_server.url}/admin/jobs/deadletter/?status__exact=open")
+
+    page.check(f"input[name=_selected_action][value='{letter.pk}']")
+    page.select_option("select[name=action]", "requeue")
+    page.click("button[name=index]")
+
+    page.wait_for_selector("ul.messagelist")
+    assert re.search(r"Requeue: 1 row\(s\) changed", page.locator("ul.messagelist").inner_text())
+    letter.refresh_from_db()
+    assert (letter.status, letter.resolved_by) == (DeadLetter.Status.REQUEUED, "oncall")
+    screenshot(page, "dead-letter-requeued")
+    assert Run.objects.count() == 0
