@@ -51,11 +51,11 @@ class Outcome:
 
     @classmethod
     def done(cls, reason: str) -> Outcome:
-        return cls(WebhookReceipt.Status.PROCESSED, reason)
+        return cls(WebhookReceipt.Status.PROCESSED.value, reason)
 
     @classmethod
     def ignored(cls, reason: str) -> Outcome:
-        return cls(WebhookReceipt.Status.IGNORED, reason)
+        return cls(WebhookReceipt.Status.IGNORED.value, reason)
 
 
 @dataclass
@@ -93,9 +93,9 @@ def _combine(outcomes: Iterable[Outcome]) -> Outcome:
     results = list(outcomes)
     if not results:
         return Outcome.ignored("nothing to do")
-    status = (WebhookReceipt.Status.PROCESSED
+    status = (WebhookReceipt.Status.PROCESSED.value
               if any(o.status == WebhookReceipt.Status.PROCESSED for o in results)
-              else WebhookReceipt.Status.IGNORED)
+              else WebhookReceipt.Status.IGNORED.value)
     return Outcome(status, "; ".join(dict.fromkeys(o.reason for o in results))[:500])
 
 
