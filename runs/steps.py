@@ -216,6 +216,14 @@ def _tool_call_run(
     try:
         result = toolbox.execute(request.name, request.arguments)
     except CommandCancelled as exc:
+        # The command's process group is already gone; say so before the run ends.
+        with ctx.fenced():
+            ToolCall.objects.filter(**keys).update(
+                status=ToolCall.Status.FAILED, error="stopped: run cancelled",
+                duration_ms=int((time.monotonic() - started) * 1000),
+                finished_at=timezone.now(),
+            )
+            ctx.emit("agent.tool.call.failed", {**base, "error": "stopped: run cancelled"})
         raise RunCancelled() from exc
     duration_ms = int((time.monotonic() - started) * 1000)
     report = existing is None or existing.status == ToolCall.Status.STARTED
