@@ -111,14 +111,15 @@ def duration_percentiles(since: datetime) -> tuple[float | None, float | None]:
     completed = Run.objects.filter(status=Run.Status.COMPLETED, status_changed_at__gte=since,
                                    started_at__isnull=False, finished_at__isnull=False)
     if connection.vendor == "postgresql":
-        sql, params = completed.values("id").query.sql_with_params()
-        table = Run._meta.db_table
+        # The same filter as ``completed``, written out so the planner uses the
+        # (status, status_changed_at) index instead of an IN over a subquery.
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP "  # noqa: S608
                 "(ORDER BY EXTRACT(EPOCH FROM finished_at - started_at)) "
-                f"FROM {table} WHERE id IN ({sql})",
-                params,
+                f"FROM {Run._meta.db_table} WHERE status = %s AND status_changed_at >= %s "
+                "AND started_at IS NOT NULL AND finished_at IS NOT NULL",
+                [Run.Status.COMPLETED.value, since],
             )
             row = cursor.fetchone()
         if not row or row[0] is None:
