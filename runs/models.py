@@ -347,6 +347,9 @@ class ModelTurn(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"turn {self.step_no}.{self.turn_no} ({self.purpose})"
+
 
 class ToolCall(models.Model):
     class Status(models.TextChoices):
@@ -377,6 +380,9 @@ class ToolCall(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.tool} ({self.status})"
+
 
 class Patch(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="patches")
@@ -392,6 +398,9 @@ class Patch(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "attempt_no"], name="patch_unique_attempt"),
         ]
+
+    def __str__(self) -> str:
+        return f"patch {self.attempt_no} ({self.diff_sha256[:12]})"
 
 
 class VerificationAttempt(models.Model):
@@ -422,6 +431,9 @@ class VerificationAttempt(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.verifier}: {self.outcome}"
+
 
 class JudgeAttempt(models.Model):
     class Verdict(models.TextChoices):
@@ -441,6 +453,9 @@ class JudgeAttempt(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["run", "patch", "judge"], name="judge_unique"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.judge}: {self.verdict}"
 
 
 class Approval(models.Model):
@@ -475,6 +490,9 @@ class Approval(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"approval {self.status} ({self.patch_sha256[:12]})"
+
 
 class PullRequest(models.Model):
     class State(models.TextChoices):
@@ -500,3 +518,6 @@ class PullRequest(models.Model):
             # One PR branch per task; follow-up runs push to it.
             models.UniqueConstraint(fields=["task", "provider"], name="pullrequest_unique"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.provider} PR #{self.number} ({self.branch})"
