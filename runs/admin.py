@@ -216,6 +216,9 @@ class FailureReasonFilter(admin.SimpleListFilter):
                 .values_list("failure_reason", flat=True).distinct()[:100]
             )
             cache.set("console:run_failure_reasons", reasons, 60)
+        # A reason newer than the cached list must still filter when asked for.
+        if self.value() and self.value() not in reasons:
+            reasons = [*reasons, self.value()]
         return [(reason, reason) for reason in reasons]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:

@@ -35,14 +35,18 @@ def _finished(status: str, minutes_ago: float, duration_s: float, **extra: Any) 
     return run
 
 
+def _queue_keys() -> list[str]:
+    return [f"{name}{suffix}" for name in ("agent", "verify", "events", "webhooks")
+            for suffix in ("", "\x06\x163", "\x06\x166", "\x06\x169")]
+
+
 @pytest.fixture
 def broker() -> Any:
+    """This run's broker database (REDIS_URL), with empty queues before and after."""
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    for name in ("agent", "verify", "events", "webhooks"):
-        client.delete(name)
+    client.delete(*_queue_keys())
     yield client
-    for name in ("agent", "verify", "events", "webhooks"):
-        client.delete(name)
+    client.delete(*_queue_keys())
 
 
 @time_machine.travel(NOW, tick=False)
