@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import django_filters
+from django import forms
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 
 from jobs.models import DeadLetter
 from runs.models import Repository, Run, Task
 from webhooks.models import WebhookReceipt
 
 
+@extend_schema_field(OpenApiTypes.INT)
+class IdFilter(django_filters.NumberFilter):
+    """An integer id; a fractional or out-of-range number is a 400, not a query."""
+
+    field_class = forms.IntegerField
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("min_value", 1)
+        kwargs.setdefault("max_value", 2**63 - 1)
+        super().__init__(*args, **kwargs)
+
+
 class TaskFilter(django_filters.FilterSet):
     status = django_filters.ChoiceFilter(choices=Task.Status.choices)
     source = django_filters.ChoiceFilter(choices=Task.Source.choices)
-    repository = django_filters.NumberFilter(field_name="repository_id")
+    repository = IdFilter(field_name="repository_id")
     workspace = django_filters.CharFilter(field_name="workspace__slug")
     created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
     created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
@@ -26,7 +41,7 @@ class TaskFilter(django_filters.FilterSet):
 class RunFilter(django_filters.FilterSet):
     status = django_filters.ChoiceFilter(choices=Run.Status.choices)
     task = django_filters.UUIDFilter(field_name="task_id")
-    repository = django_filters.NumberFilter(field_name="task__repository_id")
+    repository = IdFilter(field_name="task__repository_id")
     created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
     created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 

@@ -13,8 +13,21 @@ from rest_framework.utils.urls import replace_query_param
 
 
 class LimitOffsetPagination(pagination.LimitOffsetPagination):
+    """DRF's, except that a malformed limit or offset is a 400, not silently ignored."""
+
     default_limit = 50
     max_limit = 200
+
+    def get_limit(self, request: Request) -> int | None:
+        if request.query_params.get(self.limit_query_param) not in (None, ""):
+            value = SequenceCursorPagination._int_param(request, self.limit_query_param, 0)
+            if value < 1:
+                raise ValidationError({self.limit_query_param: ["must be at least 1"]})
+            return min(value, self.max_limit)
+        return self.default_limit
+
+    def get_offset(self, request: Request) -> int:
+        return SequenceCursorPagination._int_param(request, self.offset_query_param, 0)
 
 
 class SequenceCursorPagination:

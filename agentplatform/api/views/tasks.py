@@ -6,7 +6,6 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django_filters.rest_framework import DjangoFilterBackend
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, serializers
 from rest_framework.exceptions import ValidationError
@@ -103,7 +102,8 @@ class TaskCollectionApi(generics.ListAPIView):
         request=CreateInputSerializer,
         responses={202: CreateOutputSerializer, 422: None},
         parameters=[OpenApiParameter(
-            "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER,
+            "Idempotency-Key", {"type": "string", "minLength": 1, "maxLength": 200,
+                                "pattern": r"^\S(.*\S)?$"}, OpenApiParameter.HEADER,
             description="Repeat a submission safely: the same key with the same body "
             "returns the original response; with a different body, 422.",
         )],
