@@ -14,14 +14,21 @@ from typing import Any
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection, models, transaction
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from jobs.models import DeadLetter, OutboxEvent, ProcessedEvent
+from jobs.models import (
+    DeadLetter,
+    EventSubscription,
+    Notification,
+    OutboxEvent,
+    ProcessedEvent,
+    WorkspaceDailyCost,
+)
 
 # --- shared by every console page ------------------------------------------------------------
 
@@ -338,3 +345,41 @@ class DeadLetterAdmin(ReadOnlyQueueAdmin):
             return done, "" if done else f"already {letter.status}"
 
         self.act(request, queryset, verb="Discard", operation=operation)
+
+
+# --- delivery to the outside: subscriptions, notifications, cost aggregates -------------------
+
+
+@admin.register(EventSubscription)
+class EventSubscriptionAdmin(OperatorAdmin):
+    list_display = ("url", "workspace", "active", "event_types", "description", "created_at")
+    list_select_related = ("workspace",)
+    list_filter = ("active", "workspace")
+    search_fields = ("url", "description")
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_fields(request, obj))
+        # The signing secret is shown to those who may change it, and to no one else.
+        if not request.user.is_superuser and "secret" in fields:
+            fields.remove("secret")
+        return fields
+
+
+@admin.register(Notification)
+class NotificationAdmin(ReadOnlyQueueAdmin):
+    list_display = ("channel", "event_id", "status", "attempts", "target", "external_url",
+                    "created_at", "sent_at")
+    list_filter = ("status", "channel")
+    search_fields = ("=event_id", "target", "external_id")
+    ordering = ("-created_at",)
+
+
+@admin.register(WorkspaceDailyCost)
+class WorkspaceDailyCostAdmin(ReadOnlyQueueAdmin):
+    list_display = ("day", "workspace", "cost_usd", "tokens_in", "tokens_out", "model_turns",
+                    "last_event_at")
+    list_select_related = ("workspace",)
+    list_filter = ("workspace",)
+    ordering = ("-day", "workspace")
+    date_hierarchy = "day"

@@ -31,11 +31,35 @@ def populated(db: Any) -> dict[str, Any]:
     run = run_history_create(pr=True)
     failed = RunFactory(task=TaskFactory(workspace=run.task.workspace),
                         status=Run.Status.FAILED, failure_reason="budget_cost")
+    _delivery_rows(run)
     return {
         "run": run, "failed": failed,
         "letter": DeadLetterFactory(), "event": OutboxEventFactory(),
         "receipt": WebhookReceiptFactory(),
     }
+
+
+def _delivery_rows(run: Run) -> None:
+    """One row in each delivery table that exists in this build."""
+    import uuid
+
+    from django.apps import apps
+    from django.utils import timezone
+
+    workspace = run.task.workspace
+    rows = {
+        ("jobs", "EventSubscription"): {"workspace": workspace, "url": "http://127.0.0.1:9/h",
+                                        "secret": "s3cret"},
+        ("jobs", "WorkspaceDailyCost"): {"workspace": workspace, "day": timezone.now().date()},
+        ("jobs", "Notification"): {"event_id": uuid.uuid4(), "channel": "github_comment"},
+        ("webhooks", "WebhookAction"): {"provider": "github", "key": "comment:1"},
+    }
+    for (app, name), fields in rows.items():
+        try:
+            model = apps.get_model(app, name)
+        except LookupError:
+            continue
+        model.objects.create(**fields)
 
 
 def _model_admins() -> list[tuple[Any, Any]]:

@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from jobs.admin import ReadOnlyQueueAdmin, pretty_json
-from webhooks.models import WebhookReceipt
+from webhooks.models import CiResult, WebhookAction, WebhookReceipt
 
 # Headers that could carry credentials are masked even in the operator's view.
 SENSITIVE_HEADERS = ("authorization", "cookie", "x-gitlab-token", "x-hub-signature",
@@ -82,3 +82,26 @@ class WebhookReceiptAdmin(ReadOnlyQueueAdmin):
             return done, "" if done else f"not reprocessable ({receipt.status})"
 
         self.act(request, queryset, verb="Reprocess", operation=operation)
+
+
+@admin.register(WebhookAction)
+class WebhookActionAdmin(ReadOnlyQueueAdmin):
+    list_display = ("key", "provider", "outcome", "receipt", "created_at")
+    list_select_related = ("receipt",)
+    list_filter = ("provider",)
+    search_fields = ("=key", "outcome")
+    ordering = ("-created_at",)
+
+
+@admin.register(CiResult)
+class CiResultAdmin(ReadOnlyQueueAdmin):
+    list_display = ("name", "kind", "conclusion", "repository", "pull_request", "short_sha",
+                    "followup_requested", "created_at")
+    list_select_related = ("repository", "pull_request")
+    list_filter = ("conclusion", "kind", "provider", "followup_requested")
+    search_fields = ("=head_sha", "name", "head_branch")
+    ordering = ("-created_at",)
+
+    @admin.display(description="head")
+    def short_sha(self, obj: CiResult) -> str:
+        return obj.head_sha[:10]
