@@ -276,6 +276,18 @@ WEBHOOK_CI_FOLLOWUPS_PER_COMMIT = _env_value("WEBHOOK_CI_FOLLOWUPS_PER_COMMIT", 
 GITLAB_COMMAND_USERS = _env_value("GITLAB_COMMAND_USERS", list, [])
 WEBHOOK_PROCESS_MAX_RETRIES = _env_value("WEBHOOK_PROCESS_MAX_RETRIES", int, 5)
 
+# --- Operations console ---------------------------------------------------------------
+
+# Staff in this group may run console actions (cancel, approve, requeue...) without
+# being superusers; only superusers edit raw rows.
+ADMIN_OPERATOR_GROUP = _env_value("ADMIN_OPERATOR_GROUP", str, "operators")
+# Dashboard thresholds: numbers at or past these are highlighted.
+OPS_QUEUE_DEPTH_WARN = _env_value("OPS_QUEUE_DEPTH_WARN", int, 100)
+OPS_OUTBOX_LAG_WARN_SECONDS = _env_value("OPS_OUTBOX_LAG_WARN_SECONDS", float, 30.0)
+OPS_LEASE_AGE_WARN_SECONDS = _env_value("OPS_LEASE_AGE_WARN_SECONDS", float,
+                                        float(RUN_LEASE_SECONDS))
+OPS_SUCCESS_RATE_WARN = _env_value("OPS_SUCCESS_RATE_WARN", float, 0.8)
+
 # --- Django bits ----------------------------------------------------------------------
 
 AUTH_PASSWORD_VALIDATORS = [
