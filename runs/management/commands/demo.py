@@ -39,8 +39,7 @@ def start_children(log_dir: Path, *, concurrency: int = 2) -> list[subprocess.Po
     commands = {
         "worker": [*celery, "worker", "-Q", "agent,verify,events,webhooks",
                    "-c", str(concurrency), "--loglevel", "WARNING", "-n", f"demo-{os.getpid()}@%h"],
-        "beat": [*celery, "beat", "--loglevel", "WARNING",
-                 "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"],
+        "beat": [*celery, "beat", "--loglevel", "WARNING"],
     }
     children = []
     for name, argv in commands.items():

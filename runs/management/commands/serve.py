@@ -33,8 +33,7 @@ class Command(BaseCommand):
                     "--host", options["host"], "--port", str(options["port"])],
             "worker": [*celery, "worker", "-Q", "agent,verify,events,webhooks",
                        "-c", str(options["concurrency"]), "--loglevel", "INFO"],
-            "beat": [*celery, "beat", "--loglevel", "INFO",
-                     "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler"],
+            "beat": [*celery, "beat", "--loglevel", "INFO"],
         }
         children: dict[str, subprocess.Popen[bytes]] = {}
         stopping = False
