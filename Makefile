@@ -29,7 +29,7 @@ test: setup
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy .
+	$(PY) -m mypy
 
 format: setup
 	$(PY) -m ruff check --fix .
