@@ -37,16 +37,22 @@ QUEUES = ("agent", "verify", "events", "webhooks")
 REDIS_PRIORITY_SEPARATOR = "\x06\x16"
 REDIS_PRIORITY_STEPS = (3, 6, 9)
 
-OUTCOMES = (Run.Status.COMPLETED, Run.Status.FAILED, Run.Status.TIMED_OUT,
-            Run.Status.CANCELLED)
+OUTCOMES = (Run.Status.COMPLETED, Run.Status.FAILED, Run.Status.TIMED_OUT, Run.Status.CANCELLED)
 OUTCOME_COLOURS = {
-    Run.Status.COMPLETED: "#43a047", Run.Status.FAILED: "#e53935",
-    Run.Status.TIMED_OUT: "#8e24aa", Run.Status.CANCELLED: "#9e9e9e",
+    Run.Status.COMPLETED: "#43a047",
+    Run.Status.FAILED: "#e53935",
+    Run.Status.TIMED_OUT: "#8e24aa",
+    Run.Status.CANCELLED: "#9e9e9e",
 }
 # Upper bounds (seconds) of the duration histogram's buckets; the last is open-ended.
 DURATION_BUCKETS: tuple[tuple[str, float], ...] = (
-    ("<1m", 60), ("1-2m", 120), ("2-5m", 300), ("5-10m", 600), ("10-30m", 1800),
-    ("30-60m", 3600), (">1h", math.inf),
+    ("<1m", 60),
+    ("1-2m", 120),
+    ("2-5m", 300),
+    ("5-10m", 600),
+    ("10-30m", 1800),
+    ("30-60m", 3600),
+    (">1h", math.inf),
 )
 
 
@@ -81,8 +87,9 @@ def _redis_queue_depths(url: str) -> dict[str, int | None]:
     except Exception:  # the dashboard must render while the broker is down
         return dict.fromkeys(QUEUES)
     per_queue = 1 + len(REDIS_PRIORITY_STEPS)
-    return {name: sum(lengths[i * per_queue:(i + 1) * per_queue])
-            for i, name in enumerate(QUEUES)}
+    return {
+        name: sum(lengths[i * per_queue : (i + 1) * per_queue]) for i, name in enumerate(QUEUES)
+    }
 
 
 def _amqp_queue_depths() -> dict[str, int | None]:
@@ -96,7 +103,7 @@ def _amqp_queue_depths() -> dict[str, int | None]:
                 try:
                     # A passive declare reports the count without creating the queue;
                     # it closes the channel when the queue is missing, so one per queue.
-                    channel = conn.channel()
+                    channel: Any = conn.channel()
                     depths[name] = channel.queue_declare(queue=name, passive=True).message_count
                     channel.close()
                 except Exception:
@@ -108,8 +115,12 @@ def _amqp_queue_depths() -> dict[str, int | None]:
 
 def duration_percentiles(since: datetime) -> tuple[float | None, float | None]:
     """p50 and p95 of completed runs' durations (seconds) finished since ``since``."""
-    completed = Run.objects.filter(status=Run.Status.COMPLETED, status_changed_at__gte=since,
-                                   started_at__isnull=False, finished_at__isnull=False)
+    completed = Run.objects.filter(
+        status=Run.Status.COMPLETED,
+        status_changed_at__gte=since,
+        started_at__isnull=False,
+        finished_at__isnull=False,
+    )
     if connection.vendor == "postgresql":
         # The same filter as ``completed``, written out so the planner uses the
         # (status, status_changed_at) index instead of an IN over a subquery.
@@ -130,6 +141,7 @@ def duration_percentiles(since: datetime) -> tuple[float | None, float | None]:
     durations = sorted(
         (finished - started).total_seconds()
         for started, finished in completed.values_list("started_at", "finished_at")[:100_000]
+        if started is not None and finished is not None
     )
     if not durations:
         return None, None
@@ -154,9 +166,14 @@ def duration_histogram(since: datetime) -> list[tuple[str, int]]:
         counts[f"b{len(counts)}"] = Count("id", filter=condition)
         lower = upper
     row = (
-        Run.objects.filter(status=Run.Status.COMPLETED, status_changed_at__gte=since,
-                           started_at__isnull=False, finished_at__isnull=False)
-        .annotate(duration=duration).aggregate(**counts)
+        Run.objects.filter(
+            status=Run.Status.COMPLETED,
+            status_changed_at__gte=since,
+            started_at__isnull=False,
+            finished_at__isnull=False,
+        )
+        .annotate(duration=duration)
+        .aggregate(**counts)
     )
     return [(label, row[f"b{i}"] or 0) for i, (label, _) in enumerate(DURATION_BUCKETS)]
 
@@ -166,8 +183,10 @@ def runs_per_hour(now: datetime, hours: int = 24) -> list[tuple[datetime, dict[s
     start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours - 1)
     rows = (
         Run.objects.filter(status__in=TERMINAL, status_changed_at__gte=start)
-        .annotate(hour=TruncHour("status_changed_at")).order_by()
-        .values("hour", "status").annotate(n=Count("id"))
+        .annotate(hour=TruncHour("status_changed_at"))
+        .order_by()
+        .values("hour", "status")
+        .annotate(n=Count("id"))
     )
     buckets: dict[datetime, dict[str, int]] = {
         start + timedelta(hours=i): dict.fromkeys(OUTCOMES, 0) for i in range(hours)
@@ -206,8 +225,12 @@ def dashboard_metrics(*, now: datetime | None = None) -> dict[str, Any]:
     depths = queue_depths()
     depth_warn = threshold("OPS_QUEUE_DEPTH_WARN", 100)
     queues = [
-        Metric(name, depth, "n/a" if depth is None else str(depth),
-               "warn" if depth is not None and depth >= depth_warn else "")
+        Metric(
+            name,
+            depth,
+            "n/a" if depth is None else str(depth),
+            "warn" if depth is not None and depth >= depth_warn else "",
+        )
         for name, depth in depths.items()
     ]
 
@@ -219,17 +242,25 @@ def dashboard_metrics(*, now: datetime | None = None) -> dict[str, Any]:
     lease_warn = threshold("OPS_LEASE_AGE_WARN_SECONDS", settings.RUN_LEASE_SECONDS)
 
     by_state = dict(
-        Run.objects.filter(status__in=ACTIVE).order_by().values("status")
-        .annotate(n=Count("id")).values_list("status", "n")
+        Run.objects.filter(status__in=ACTIVE)
+        .order_by()
+        .values("status")
+        .annotate(n=Count("id"))
+        .values_list("status", "n")
     )
-    active = [(status, by_state.get(status, 0)) for status in Run.Status.values
-              if status in ACTIVE]
+    active = [(status, by_state.get(status, 0)) for status in Run.Status.values if status in ACTIVE]
 
     window = Run.objects.filter(status__in=TERMINAL, status_changed_at__gte=day_ago).aggregate(
-        completed_hour=Count("id", filter=Q(status=Run.Status.COMPLETED,
-                                            status_changed_at__gte=hour_ago)),
-        failed_hour=Count("id", filter=Q(status__in=[Run.Status.FAILED, Run.Status.TIMED_OUT],
-                                         status_changed_at__gte=hour_ago)),
+        completed_hour=Count(
+            "id", filter=Q(status=Run.Status.COMPLETED, status_changed_at__gte=hour_ago)
+        ),
+        failed_hour=Count(
+            "id",
+            filter=Q(
+                status__in=[Run.Status.FAILED, Run.Status.TIMED_OUT],
+                status_changed_at__gte=hour_ago,
+            ),
+        ),
         completed_day=Count("id", filter=Q(status=Run.Status.COMPLETED)),
         failed_day=Count("id", filter=Q(status__in=[Run.Status.FAILED, Run.Status.TIMED_OUT])),
         cancelled_day=Count("id", filter=Q(status=Run.Status.CANCELLED)),
@@ -243,9 +274,11 @@ def dashboard_metrics(*, now: datetime | None = None) -> dict[str, Any]:
 
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
     costs = list(
-        Run.objects.filter(created_at__gte=midnight).order_by()
+        Run.objects.filter(created_at__gte=midnight)
+        .order_by()
         .values("task__workspace__slug", "task__workspace__daily_cost_budget_usd")
-        .annotate(cost=Sum("cost_usd"), runs=Count("id")).order_by("-cost")
+        .annotate(cost=Sum("cost_usd"), runs=Count("id"))
+        .order_by("-cost")
     )
     cost_rows = []
     for row in costs:
@@ -254,8 +287,15 @@ def dashboard_metrics(*, now: datetime | None = None) -> dict[str, Any]:
         tone = ""
         if budget > 0:
             tone = "bad" if spent >= budget else "warn" if spent >= budget * Decimal("0.8") else ""
-        cost_rows.append({"workspace": row["task__workspace__slug"], "cost": spent,
-                          "runs": row["runs"], "budget": budget, "tone": tone})
+        cost_rows.append(
+            {
+                "workspace": row["task__workspace__slug"],
+                "cost": spent,
+                "runs": row["runs"],
+                "budget": budget,
+                "tone": tone,
+            }
+        )
 
     per_hour = runs_per_hour(now)
     histogram = duration_histogram(day_ago)
@@ -263,25 +303,41 @@ def dashboard_metrics(*, now: datetime | None = None) -> dict[str, Any]:
         "now": now,
         "queues": queues,
         "health": [
-            Metric("outbox lag", lag, _seconds(lag),
-                   "bad" if lag >= lag_warn * 4 else "warn" if lag >= lag_warn else "",
-                   f"{outbox_pending} pending"),
-            Metric("open dead letters", open_letters, str(open_letters),
-                   "bad" if open_letters else ""),
-            Metric("oldest lease age", lease_age, _seconds(lease_age),
-                   "bad" if lease_age >= lease_warn else ""),
+            Metric(
+                "outbox lag",
+                lag,
+                _seconds(lag),
+                "bad" if lag >= lag_warn * 4 else "warn" if lag >= lag_warn else "",
+                f"{outbox_pending} pending",
+            ),
+            Metric(
+                "open dead letters", open_letters, str(open_letters), "bad" if open_letters else ""
+            ),
+            Metric(
+                "oldest lease age",
+                lease_age,
+                _seconds(lease_age),
+                "bad" if lease_age >= lease_warn else "",
+            ),
             Metric("active runs", sum(n for _, n in active), str(sum(n for _, n in active))),
         ],
         "throughput": [
             Metric("completed (1h)", window["completed_hour"], str(window["completed_hour"])),
-            Metric("failed (1h)", window["failed_hour"], str(window["failed_hour"]),
-                   "warn" if window["failed_hour"] else ""),
+            Metric(
+                "failed (1h)",
+                window["failed_hour"],
+                str(window["failed_hour"]),
+                "warn" if window["failed_hour"] else "",
+            ),
             Metric("completed (24h)", window["completed_day"], str(window["completed_day"])),
             Metric("failed (24h)", window["failed_day"], str(window["failed_day"])),
-            Metric("success rate (24h)", success,
-                   "-" if success is None else f"{success:.0%}",
-                   "bad" if success is not None and success < success_warn else "",
-                   f"{window['cancelled_day']} cancelled"),
+            Metric(
+                "success rate (24h)",
+                success,
+                "-" if success is None else f"{success:.0%}",
+                "bad" if success is not None and success < success_warn else "",
+                f"{window['cancelled_day']} cancelled",
+            ),
             Metric("p50 duration", p50, _seconds(p50)),
             Metric("p95 duration", p95, _seconds(p95)),
         ],
@@ -307,7 +363,7 @@ def runs_per_hour_svg(series: list[tuple[datetime, dict[str, int]]]) -> SafeStri
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         'role="img" aria-label="runs per hour by outcome" id="chart-runs-per-hour">',
         f'<text x="{left}" y="12" font-size="11" fill="#333">runs per hour by outcome '
-        f'(last {len(series)}h, peak {peak})</text>',
+        f"(last {len(series)}h, peak {peak})</text>",
         f'<line x1="{left}" y1="{height - bottom}" x2="{width - 4}" y2="{height - bottom}" '
         'stroke="#999"/>',
         f'<text x="{left - 4}" y="{top + 4}" font-size="10" text-anchor="end">{peak}</text>',
@@ -315,7 +371,7 @@ def runs_per_hour_svg(series: list[tuple[datetime, dict[str, int]]]) -> SafeStri
     ]
     for i, (hour, counts) in enumerate(series):
         x = left + i * bar_space + 1
-        y = height - bottom
+        y = float(height - bottom)
         for outcome in OUTCOMES:
             n = counts.get(outcome, 0)
             if not n:
@@ -325,15 +381,19 @@ def runs_per_hour_svg(series: list[tuple[datetime, dict[str, int]]]) -> SafeStri
             parts.append(
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar_space - 2:.1f}" height="{h:.1f}" '
                 f'fill="{OUTCOME_COLOURS[outcome]}"><title>{escape(hour.strftime("%H:00"))} '
-                f'{escape(outcome)}: {n}</title></rect>'
+                f"{escape(outcome)}: {n}</title></rect>"
             )
         if i % 6 == 0:
-            parts.append(f'<text x="{x:.1f}" y="{height - 8}" font-size="10" fill="#555">'
-                         f'{escape(hour.strftime("%H:00"))}</text>')
+            parts.append(
+                f'<text x="{x:.1f}" y="{height - 8}" font-size="10" fill="#555">'
+                f"{escape(hour.strftime('%H:00'))}</text>"
+            )
     for j, outcome in enumerate(OUTCOMES):
-        parts.append(f'<rect x="{left + j * 80}" y="18" width="9" height="9" '
-                     f'fill="{OUTCOME_COLOURS[outcome]}"/><text x="{left + j * 80 + 12}" '
-                     f'y="26" font-size="10">{escape(outcome)}</text>')
+        parts.append(
+            f'<rect x="{left + j * 80}" y="18" width="9" height="9" '
+            f'fill="{OUTCOME_COLOURS[outcome]}"/><text x="{left + j * 80 + 12}" '
+            f'y="26" font-size="10">{escape(outcome)}</text>'
+        )
     parts.append("</svg>")
     return mark_safe("".join(parts))  # noqa: S308 - every interpolated text is escaped
 
@@ -347,7 +407,7 @@ def histogram_svg(buckets: list[tuple[str, int]]) -> SafeString:
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         'role="img" aria-label="run duration distribution" id="chart-durations">',
         f'<text x="{left}" y="12" font-size="11" fill="#333">duration of completed runs '
-        f'(24h, peak {peak})</text>',
+        f"(24h, peak {peak})</text>",
         f'<line x1="{left}" y1="{height - bottom}" x2="{width - 4}" y2="{height - bottom}" '
         'stroke="#999"/>',
     ]
@@ -361,9 +421,11 @@ def histogram_svg(buckets: list[tuple[str, int]]) -> SafeString:
             f'text-anchor="middle">{escape(label)}</text>'
         )
         if n:
-            parts.append(f'<text x="{x + (bar_space - 6) / 2:.1f}" '
-                         f'y="{height - bottom - h - 3:.1f}" font-size="10" '
-                         f'text-anchor="middle">{n}</text>')
+            parts.append(
+                f'<text x="{x + (bar_space - 6) / 2:.1f}" '
+                f'y="{height - bottom - h - 3:.1f}" font-size="10" '
+                f'text-anchor="middle">{n}</text>'
+            )
     parts.append("</svg>")
     return mark_safe("".join(parts))  # noqa: S308 - every interpolated text is escaped
 

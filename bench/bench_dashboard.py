@@ -72,17 +72,31 @@ def seed(total: int) -> None:
     started = time.perf_counter()
     rng = random.Random(42)
     now = timezone.now()
-    workspaces = [Workspace.objects.get_or_create(slug=f"bench{i}", defaults={
-        "name": f"Bench {i}", "daily_cost_budget_usd": Decimal("50") if i % 3 == 0 else 0})[0]
-        for i in range(20)]
-    repositories = [Repository.objects.get_or_create(workspace=workspaces[i % 20],
-                                                     name=f"repo{i}",
-                                                     defaults={"clone_url": "/nonexistent"})[0]
-                    for i in range(60)]
-    outcomes = (["completed"] * 80 + ["failed"] * 12 + ["cancelled"] * 5 + ["timed_out"] * 3)
+    workspaces = [
+        Workspace.objects.get_or_create(
+            slug=f"bench{i}",
+            defaults={
+                "name": f"Bench {i}",
+                "daily_cost_budget_usd": Decimal("50") if i % 3 == 0 else 0,
+            },
+        )[0]
+        for i in range(20)
+    ]
+    repositories = [
+        Repository.objects.get_or_create(
+            workspace=workspaces[i % 20], name=f"repo{i}", defaults={"clone_url": "/nonexistent"}
+        )[0]
+        for i in range(60)
+    ]
+    outcomes = ["completed"] * 80 + ["failed"] * 12 + ["cancelled"] * 5 + ["timed_out"] * 3
     active = ["queued", "running", "verifying", "awaiting_approval", "planning"]
-    reasons = ["budget_cost", "step_error", "approval_rejected", "empty_patch",
-               "recoveries_exhausted"]
+    reasons = [
+        "budget_cost",
+        "step_error",
+        "approval_rejected",
+        "empty_patch",
+        "recoveries_exhausted",
+    ]
     batch = 5000
     remaining = total - have
     while remaining > 0:
@@ -90,8 +104,12 @@ def seed(total: int) -> None:
         tasks, runs = [], []
         for _ in range(size):
             repo = rng.choice(repositories)
-            task = Task(workspace_id=repo.workspace_id, repository=repo,
-                        instruction=f"bench change {rng.randrange(10**9)}", status="completed")
+            task = Task(
+                workspace_id=repo.workspace_id,
+                repository=repo,
+                instruction=f"bench change {rng.randrange(10**9)}",
+                status="completed",
+            )
             tasks.append(task)
             begin = now - timedelta(seconds=rng.uniform(0, 7 * 86400))
             if rng.random() < 0.003:
@@ -100,13 +118,22 @@ def seed(total: int) -> None:
             else:
                 status, lease = rng.choice(outcomes), None
                 finished = begin + timedelta(seconds=rng.lognormvariate(5.3, 0.8))
-            runs.append(Run(
-                task=task, run_no=1, status=status, started_at=begin, finished_at=finished,
-                heartbeat_at=begin, lease_until=lease, lease_owner="bench" if lease else "",
-                cost_usd=Decimal(str(round(rng.uniform(0.001, 0.5), 6))),
-                tokens_in=rng.randrange(1000, 90000), tokens_out=rng.randrange(100, 9000),
-                failure_reason=rng.choice(reasons) if status in ("failed", "timed_out") else "",
-            ))
+            runs.append(
+                Run(
+                    task=task,
+                    run_no=1,
+                    status=status,
+                    started_at=begin,
+                    finished_at=finished,
+                    heartbeat_at=begin,
+                    lease_until=lease,
+                    lease_owner="bench" if lease else "",
+                    cost_usd=Decimal(str(round(rng.uniform(0.001, 0.5), 6))),
+                    tokens_in=rng.randrange(1000, 90000),
+                    tokens_out=rng.randrange(100, 9000),
+                    failure_reason=rng.choice(reasons) if status in ("failed", "timed_out") else "",
+                )
+            )
         with transaction.atomic():
             Task.objects.bulk_create(tasks)
             Run.objects.bulk_create(runs)
@@ -149,11 +176,18 @@ def plans() -> None:
                 continue
             cursor.execute("EXPLAIN " + sql)
             plan = " ".join(row[0] for row in cursor.fetchall())
-            scans = sorted({part.split(" on ")[0].strip().split("  ")[-1]
-                            for part in plan.split("->") if " on " in part})
+            scans = sorted(
+                {
+                    part.split(" on ")[0].strip().split("  ")[-1]
+                    for part in plan.split("->")
+                    if " on " in part
+                }
+            )
             seq_runs = "Seq Scan on runs_run" in plan
-            print(f"  {'SEQ-SCAN runs_run' if seq_runs else 'ok':17} "
-                  f"{', '.join(scans)[:70]:70} | {sql[:90]}")
+            print(
+                f"  {'SEQ-SCAN runs_run' if seq_runs else 'ok':17} "
+                f"{', '.join(scans)[:70]:70} | {sql[:90]}"
+            )
 
 
 def main() -> None:
@@ -173,7 +207,8 @@ def main() -> None:
     from agentplatform.dashboard import dashboard_metrics
 
     user, _ = get_user_model().objects.get_or_create(
-        username="bench", defaults={"is_staff": True, "is_superuser": True})
+        username="bench", defaults={"is_staff": True, "is_superuser": True}
+    )
     client = Client()
     client.force_login(user)
 
@@ -186,6 +221,7 @@ def main() -> None:
         def get() -> None:
             response = client.get(url)
             assert response.status_code == 200, (url, response.status_code)
+
         return get
 
     baseline = timed(count_all, args.repeat)
@@ -193,18 +229,20 @@ def main() -> None:
         "dashboard_metrics()": timed(dashboard_metrics, args.repeat),
         "GET /admin/dashboard/": timed(page("/admin/dashboard/"), args.repeat),
         "GET run list": timed(page("/admin/runs/run/"), args.repeat),
-        "GET run list ?status=failed": timed(page("/admin/runs/run/?status__exact=failed"),
-                                             args.repeat),
-        "GET run list ?liveness=stuck": timed(page("/admin/runs/run/?liveness=stuck"),
-                                              args.repeat),
+        "GET run list ?status=failed": timed(
+            page("/admin/runs/run/?status__exact=failed"), args.repeat
+        ),
+        "GET run list ?liveness=stuck": timed(page("/admin/runs/run/?liveness=stuck"), args.repeat),
     }
     from runs.models import Run
 
     print(f"\nruns in database: {Run.objects.count()}  (median of {args.repeat})")
     print(f"{'baseline: SELECT count(*) FROM runs_run':40} {baseline:8.1f} ms")
     for name, ms in results.items():
-        print(f"{name:40} {ms:8.1f} ms   x{ms / baseline:5.2f} of baseline   "
-              f"{ms / 1000:5.1%} of the 1 s budget")
+        print(
+            f"{name:40} {ms:8.1f} ms   x{ms / baseline:5.2f} of baseline   "
+            f"{ms / 1000:5.1%} of the 1 s budget"
+        )
     plans()
 
 

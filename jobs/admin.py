@@ -148,8 +148,11 @@ class OperatorAdmin(admin.ModelAdmin):
         notes: list[str] = []
         for obj in queryset:
             done, note = operation(obj)
-            self.audit(request, obj, f"{verb}: {'done' if done else 'skipped'}"
-                                     f"{' (' + note + ')' if note else ''}")
+            self.audit(
+                request,
+                obj,
+                f"{verb}: {'done' if done else 'skipped'}{' (' + note + ')' if note else ''}",
+            )
             if done:
                 changed += 1
             else:
@@ -161,7 +164,8 @@ class OperatorAdmin(admin.ModelAdmin):
         if skipped:
             detail = "; ".join(notes)
             self.message_user(
-                request, f"{verb}: {skipped} row(s) left unchanged. {detail}".strip(),
+                request,
+                f"{verb}: {skipped} row(s) left unchanged. {detail}".strip(),
                 messages.WARNING,
             )
 
@@ -189,8 +193,11 @@ def age_text(seconds: float | None) -> str:
     seconds = max(0.0, seconds)
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
-            return f"{seconds / size:.0f}{unit}" if seconds < size * 10 else \
-                f"{int(seconds // size)}{unit}"
+            return (
+                f"{seconds / size:.0f}{unit}"
+                if seconds < size * 10
+                else f"{int(seconds // size)}{unit}"
+            )
     return f"{seconds:.0f}s"
 
 
@@ -206,8 +213,11 @@ class OutboxStateFilter(admin.SimpleListFilter):
     parameter_name = "state"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("pending", "pending"), ("failing", "failing (retried, with error)"),
-                ("published", "published")]
+        return [
+            ("pending", "pending"),
+            ("failing", "failing (retried, with error)"),
+            ("published", "published"),
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         if self.value() == "pending":
@@ -221,13 +231,31 @@ class OutboxStateFilter(admin.SimpleListFilter):
 
 @admin.register(OutboxEvent)
 class OutboxEventAdmin(ReadOnlyQueueAdmin):
-    list_display = ("id", "type", "partition_key", "state", "lag", "attempts",
-                    "short_error", "created_at")
+    list_display = (
+        "id",
+        "type",
+        "partition_key",
+        "state",
+        "lag",
+        "attempts",
+        "short_error",
+        "created_at",
+    )
     list_filter = (OutboxStateFilter, "type")
     search_fields = ("=partition_key", "=event_id", "type")
     ordering = ("-id",)
-    readonly_fields = ("id", "event_id", "type", "partition_key", "payload_pretty",
-                       "created_at", "available_at", "published_at", "attempts", "last_error")
+    readonly_fields = (
+        "id",
+        "event_id",
+        "type",
+        "partition_key",
+        "payload_pretty",
+        "created_at",
+        "available_at",
+        "published_at",
+        "attempts",
+        "last_error",
+    )
     exclude = ("payload",)
     actions = ["republish"]
 
@@ -266,12 +294,14 @@ class OutboxEventAdmin(ReadOnlyQueueAdmin):
         events = list(queryset.only("id", "type", "partition_key"))
         with transaction.atomic():
             changed = OutboxEvent.objects.filter(pk__in=[e.pk for e in events]).update(
-                published_at=None, available_at=timezone.now(), last_error="")
+                published_at=None, available_at=timezone.now(), last_error=""
+            )
             for event in events:
                 self.audit(request, event, "republish requested")
             transaction.on_commit(relay_wake)
-        self.message_user(request, f"Republish: {changed} event(s) queued for the relay.",
-                          messages.SUCCESS)
+        self.message_user(
+            request, f"Republish: {changed} event(s) queued for the relay.", messages.SUCCESS
+        )
 
 
 # --- processed events -------------------------------------------------------------------------
@@ -291,15 +321,38 @@ class ProcessedEventAdmin(ReadOnlyQueueAdmin):
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(ReadOnlyQueueAdmin):
-    list_display = ("task_name", "status", "short_exception", "attempts", "recoveries",
-                    "queue", "last_failed_at", "resolved_by")
+    list_display = (
+        "task_name",
+        "status",
+        "short_exception",
+        "attempts",
+        "recoveries",
+        "queue",
+        "last_failed_at",
+        "resolved_by",
+    )
     list_filter = ("status", "task_name", "queue")
     search_fields = ("=task_id", "task_name", "exception")
     ordering = ("-last_failed_at",)
-    readonly_fields = ("id", "task_name", "task_id", "status", "queue", "args_pretty",
-                       "kwargs_pretty", "exception", "traceback_pre", "attempts", "recoveries",
-                       "first_failed_at", "last_failed_at", "resolved_at", "resolved_by",
-                       "workspace_id", "created_at")
+    readonly_fields = (
+        "id",
+        "task_name",
+        "task_id",
+        "status",
+        "queue",
+        "args_pretty",
+        "kwargs_pretty",
+        "exception",
+        "traceback_pre",
+        "attempts",
+        "recoveries",
+        "first_failed_at",
+        "last_failed_at",
+        "resolved_at",
+        "resolved_by",
+        "workspace_id",
+        "created_at",
+    )
     exclude = ("args", "kwargs", "traceback")
     actions = ["requeue", "discard"]
 
@@ -368,8 +421,16 @@ class EventSubscriptionAdmin(OperatorAdmin):
 
 @admin.register(Notification)
 class NotificationAdmin(ReadOnlyQueueAdmin):
-    list_display = ("channel", "event_id", "status", "attempts", "target", "external_url",
-                    "created_at", "sent_at")
+    list_display = (
+        "channel",
+        "event_id",
+        "status",
+        "attempts",
+        "target",
+        "external_url",
+        "created_at",
+        "sent_at",
+    )
     list_filter = ("status", "channel")
     search_fields = ("=event_id", "target", "external_id")
     ordering = ("-created_at",)
@@ -377,8 +438,15 @@ class NotificationAdmin(ReadOnlyQueueAdmin):
 
 @admin.register(WorkspaceDailyCost)
 class WorkspaceDailyCostAdmin(ReadOnlyQueueAdmin):
-    list_display = ("day", "workspace", "cost_usd", "tokens_in", "tokens_out", "model_turns",
-                    "last_event_at")
+    list_display = (
+        "day",
+        "workspace",
+        "cost_usd",
+        "tokens_in",
+        "tokens_out",
+        "model_turns",
+        "last_event_at",
+    )
     list_select_related = ("workspace",)
     list_filter = ("workspace",)
     ordering = ("-day", "workspace")

@@ -65,14 +65,20 @@ PHASE_OF_STATUS: dict[str, str] = {
 }
 
 STATUS_TONE: dict[str, str] = {
-    S.COMPLETED: "ok", S.FAILED: "bad", S.TIMED_OUT: "bad", S.CANCELLED: "muted",
+    S.COMPLETED: "ok",
+    S.FAILED: "bad",
+    S.TIMED_OUT: "bad",
+    S.CANCELLED: "muted",
     S.AWAITING_APPROVAL: "wait",
 }
 
 
 def status_badge(status: str) -> str:
-    return format_html('<span class="console-badge console-{}">{}</span>',
-                       STATUS_TONE.get(status, "active"), status)
+    return format_html(
+        '<span class="console-badge console-{}">{}</span>',
+        STATUS_TONE.get(status, "active"),
+        status,
+    )
 
 
 # --- tenants ---------------------------------------------------------------------------------
@@ -93,8 +99,14 @@ class WorkspaceAdmin(OperatorAdmin):
 
 @admin.register(Repository)
 class RepositoryAdmin(OperatorAdmin):
-    list_display = ("name", "workspace", "provider", "external_id", "default_branch",
-                    "max_active_runs")
+    list_display = (
+        "name",
+        "workspace",
+        "provider",
+        "external_id",
+        "default_branch",
+        "max_active_runs",
+    )
     list_select_related = ("workspace",)
     list_filter = ("provider", "workspace")
     search_fields = ("name", "external_id", "clone_url")
@@ -145,8 +157,17 @@ class RunInline(admin.TabularInline):
 
 @admin.register(Task)
 class TaskAdmin(OperatorAdmin):
-    list_display = ("short_instruction", "repository", "workspace", "status", "source",
-                    "execution_mode", "priority", "requested_by", "created_at")
+    list_display = (
+        "short_instruction",
+        "repository",
+        "workspace",
+        "status",
+        "source",
+        "execution_mode",
+        "priority",
+        "requested_by",
+        "created_at",
+    )
     list_select_related = ("repository", "workspace")
     list_filter = ("status", "source", "execution_mode", "risk_level", "workspace")
     search_fields = ("=id", "instruction", "requested_by", "idempotency_key")
@@ -184,9 +205,11 @@ class StuckFilter(admin.SimpleListFilter):
     parameter_name = "liveness"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("stuck", "stuck (lease expired)"),
-                ("stalled", "stalled (no lease, no progress)"),
-                ("leased", "held by a worker")]
+        return [
+            ("stuck", "stuck (lease expired)"),
+            ("stalled", "stalled (no lease, no progress)"),
+            ("leased", "held by a worker"),
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
         now = timezone.now()
@@ -194,9 +217,9 @@ class StuckFilter(admin.SimpleListFilter):
             return queryset.filter(status__in=ACTIVE, lease_until__lt=now)
         if self.value() == "stalled":
             cutoff = now - timedelta(seconds=settings.RUN_STALL_SECONDS)
-            return queryset.filter(status__in=ACTIVE, lease_until__isnull=True,
-                                   status_changed_at__lt=cutoff).exclude(
-                status=S.AWAITING_APPROVAL)
+            return queryset.filter(
+                status__in=ACTIVE, lease_until__isnull=True, status_changed_at__lt=cutoff
+            ).exclude(status=S.AWAITING_APPROVAL)
         if self.value() == "leased":
             return queryset.filter(status__in=ACTIVE, lease_until__gte=now)
         return queryset
@@ -212,8 +235,10 @@ class FailureReasonFilter(admin.SimpleListFilter):
         reasons = cache.get("console:run_failure_reasons")
         if reasons is None:
             reasons = sorted(
-                Run.objects.exclude(failure_reason="").order_by()
-                .values_list("failure_reason", flat=True).distinct()[:100]
+                Run.objects.exclude(failure_reason="")
+                .order_by()
+                .values_list("failure_reason", flat=True)
+                .distinct()[:100]
             )
             cache.set("console:run_failure_reasons", reasons, 60)
         # A reason newer than the cached list must still filter when asked for.
@@ -229,35 +254,87 @@ class FailureReasonFilter(admin.SimpleListFilter):
 
 @admin.register(Run)
 class RunAdmin(OperatorAdmin):
-    list_display = ("short_id", "status_col", "repository", "task_col", "age", "in_state",
-                    "heartbeat", "attempts", "cost", "failure_reason")
+    list_display = (
+        "short_id",
+        "status_col",
+        "repository",
+        "task_col",
+        "age",
+        "in_state",
+        "heartbeat",
+        "attempts",
+        "cost",
+        "failure_reason",
+    )
     list_select_related = ("task__repository", "task__workspace")
-    list_filter = ("status", StuckFilter, FailureReasonFilter,
-                   # Not RelatedOnlyFieldListFilter: its DISTINCT over every run is the
-                   # slowest query of the page; the tenant tables are small.
-                   "task__workspace", "task__repository")
-    search_fields = ("=id", "=task__id", "task__instruction", "task__repository__name",
-                     "branch", "failure_reason", "cancel_requested_by")
+    list_filter = (
+        "status",
+        StuckFilter,
+        FailureReasonFilter,
+        # Not RelatedOnlyFieldListFilter: its DISTINCT over every run is the
+        # slowest query of the page; the tenant tables are small.
+        "task__workspace",
+        "task__repository",
+    )
+    search_fields = (
+        "=id",
+        "=task__id",
+        "task__instruction",
+        "task__repository__name",
+        "branch",
+        "failure_reason",
+        "cancel_requested_by",
+    )
     ordering = ("-created_at",)
     change_form_template = "admin/runs/run/change_form.html"
     actions = ["cancel_runs", "retry_runs", "approve_runs", "reject_runs"]
-    readonly_fields = ("id", "task", "run_no", "status", "status_changed_at", "step_no",
-                       "lease_owner", "lease_until", "heartbeat_at", "attempt", "recoveries",
-                       "retries", "cancel_requested_at", "cancel_requested_by",
-                       "cancel_reason", "base_commit", "branch", "model_profile", "tokens_in",
-                       "tokens_out", "cost_usd", "failure_reason", "failure_detail",
-                       "feedback", "last_sequence_no", "created_at", "started_at",
-                       "finished_at", "checkpoint_pretty")
+    readonly_fields = (
+        "id",
+        "task",
+        "run_no",
+        "status",
+        "status_changed_at",
+        "step_no",
+        "lease_owner",
+        "lease_until",
+        "heartbeat_at",
+        "attempt",
+        "recoveries",
+        "retries",
+        "cancel_requested_at",
+        "cancel_requested_by",
+        "cancel_reason",
+        "base_commit",
+        "branch",
+        "model_profile",
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+        "failure_reason",
+        "failure_detail",
+        "feedback",
+        "last_sequence_no",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "checkpoint_pretty",
+    )
     exclude = ("checkpoint",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         queryset = super().get_queryset(request)
         if request.resolver_match and request.resolver_match.url_name == "runs_run_changelist":
             # The list shows none of these; the checkpoint alone can be megabytes.
-            queryset = queryset.defer("checkpoint", "failure_detail", "feedback",
-                                      "task__model_options", "task__usage",
-                                      "task__pending_feedback", "task__budget",
-                                      "task__source_ref")
+            queryset = queryset.defer(
+                "checkpoint",
+                "failure_detail",
+                "feedback",
+                "task__model_options",
+                "task__usage",
+                "task__pending_feedback",
+                "task__budget",
+                "task__source_ref",
+            )
         return queryset
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -282,8 +359,12 @@ class RunAdmin(OperatorAdmin):
     @admin.display(description="task")
     def task_col(self, obj: Run) -> str:
         url = reverse("admin:runs_task_change", args=[obj.task_id])
-        return format_html('<a href="{}" title="{}">{}</a>', url, obj.task.instruction[:500],
-                           obj.task.instruction[:60])
+        return format_html(
+            '<a href="{}" title="{}">{}</a>',
+            url,
+            obj.task.instruction[:500],
+            obj.task.instruction[:60],
+        )
 
     @admin.display(description="age", ordering="created_at")
     def age(self, obj: Run) -> str:
@@ -302,8 +383,11 @@ class RunAdmin(OperatorAdmin):
             return format_html("{} · no lease", beat)
         left = (obj.lease_until - timezone.now()).total_seconds()
         if left < 0:
-            return format_html('{} · <span class="console-alert">lease expired {} ago</span>',
-                               beat, age_text(-left))
+            return format_html(
+                '{} · <span class="console-alert">lease expired {} ago</span>',
+                beat,
+                age_text(-left),
+            )
         return format_html("{} · lease {} left", beat, age_text(left))
 
     @admin.display(description="attempts")
@@ -320,8 +404,15 @@ class RunAdmin(OperatorAdmin):
 
     # --- actions ---------------------------------------------------------------------------
 
-    def _run_act(self, request: HttpRequest, queryset: Any, *, verb: str, action: str,
-                 command: Callable[[Run, str], tuple[bool, str]]) -> None:
+    def _run_act(
+        self,
+        request: HttpRequest,
+        queryset: Any,
+        *,
+        verb: str,
+        action: str,
+        command: Callable[[Run, str], tuple[bool, str]],
+    ) -> None:
         by = request.user.get_username()
 
         def operation(run: Run) -> tuple[bool, str]:
@@ -329,8 +420,9 @@ class RunAdmin(OperatorAdmin):
                 done, note = command(run, by)
             except services.CommandRefused as refused:
                 done, note = False, refused.message
-            run_operator_action_record(run=run, action=action, by=by,
-                                       outcome="done" if done else "refused", note=note)
+            run_operator_action_record(
+                run=run, action=action, by=by, outcome="done" if done else "refused", note=note
+            )
             return done, note
 
         self.act(request, queryset, verb=verb, operation=operation)
@@ -343,8 +435,13 @@ class RunAdmin(OperatorAdmin):
             done = services.run_cancel_request(run=run, by=by, reason=reason)
             return done, "" if done else f"already {run.status}"
 
-        self._run_act(request, queryset.select_related("task"), verb="Cancel",
-                      action="cancel", command=command)
+        self._run_act(
+            request,
+            queryset.select_related("task"),
+            verb="Cancel",
+            action="cancel",
+            command=command,
+        )
 
     @admin.action(description="Retry selected runs' tasks (new run)", permissions=["operate"])
     def retry_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -352,8 +449,9 @@ class RunAdmin(OperatorAdmin):
             new = services.task_retry(task=run.task, by=by)
             return True, f"started run {new.run_no}"
 
-        self._run_act(request, queryset.select_related("task"), verb="Retry",
-                      action="retry", command=command)
+        self._run_act(
+            request, queryset.select_related("task"), verb="Retry", action="retry", command=command
+        )
 
     @admin.action(description="Approve selected runs' patches", permissions=["operate"])
     def approve_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -363,8 +461,13 @@ class RunAdmin(OperatorAdmin):
             services.run_approve(run=run, by=by, comment=comment)
             return True, ""
 
-        self._run_act(request, queryset.select_related("task"), verb="Approve",
-                      action="approve", command=command)
+        self._run_act(
+            request,
+            queryset.select_related("task"),
+            verb="Approve",
+            action="approve",
+            command=command,
+        )
 
     @admin.action(description="Reject selected runs' patches", permissions=["operate"])
     def reject_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -374,21 +477,29 @@ class RunAdmin(OperatorAdmin):
             services.run_reject(run=run, by=by, comment=comment)
             return True, ""
 
-        self._run_act(request, queryset.select_related("task"), verb="Reject",
-                      action="reject", command=command)
+        self._run_act(
+            request,
+            queryset.select_related("task"),
+            verb="Reject",
+            action="reject",
+            command=command,
+        )
 
     # --- the run page ----------------------------------------------------------------------
 
     def get_urls(self) -> list[Any]:
         operate = self.admin_site.admin_view(require_POST(self.operate_view))
         return [
-            path("<uuid:object_id>/operate/<str:action>/", operate,
-                 name="runs_run_operate"),
+            path("<uuid:object_id>/operate/<str:action>/", operate, name="runs_run_operate"),
             *super().get_urls(),
         ]
 
-    RUN_PAGE_ACTIONS: dict[str, str] = {"cancel": "cancel_runs", "retry": "retry_runs",
-                                        "approve": "approve_runs", "reject": "reject_runs"}
+    RUN_PAGE_ACTIONS: dict[str, str] = {
+        "cancel": "cancel_runs",
+        "retry": "retry_runs",
+        "approve": "approve_runs",
+        "reject": "reject_runs",
+    }
 
     def operate_view(self, request: HttpRequest, object_id: Any, action: str) -> HttpResponse:
         """The run page's buttons: the same actions as the list, for one run."""
@@ -399,10 +510,22 @@ class RunAdmin(OperatorAdmin):
         getattr(self, name)(request, Run.objects.filter(pk=object_id))
         return HttpResponseRedirect(reverse("admin:runs_run_change", args=[object_id]))
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        run = (Run.objects.select_related("task__repository", "task__workspace")
-               .filter(pk=object_id).first()) if _is_uuid(object_id) else None
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        run = (
+            (
+                Run.objects.select_related("task__repository", "task__workspace")
+                .filter(pk=object_id)
+                .first()
+            )
+            if _is_uuid(object_id)
+            else None
+        )
         context = dict(extra_context or {})
         if run is not None:
             context["console"] = run_console(run)
@@ -418,14 +541,22 @@ def _is_uuid(value: str) -> bool:
     return True
 
 
-def run_operator_action_record(*, run: Run, action: str, by: str, outcome: str,
-                               note: str = "") -> None:
+def run_operator_action_record(
+    *, run: Run, action: str, by: str, outcome: str, note: str = ""
+) -> None:
     """Put an operator's action on the run's timeline, with the operator as actor."""
     with transaction.atomic():
         event_record(
-            task=run.task, run=run, type=OPERATOR_ACTION_EVENT,
-            data={"action": action, "by": by, "outcome": outcome, "note": note[:500],
-                  "via": "admin"},
+            task=run.task,
+            run=run,
+            type=OPERATOR_ACTION_EVENT,
+            data={
+                "action": action,
+                "by": by,
+                "outcome": outcome,
+                "note": note[:500],
+                "via": "admin",
+            },
             actor=by,
         )
 
@@ -529,19 +660,36 @@ def run_budgets(run: Run) -> list[Budget]:
     usage = task.usage or {}
     checkpoint = run.checkpoint or {}
     end = run.finished_at or timezone.now()
-    wall = (end - (run.started_at or run.created_at)).total_seconds() \
-        if run.status not in TERMINAL else 0.0
+    wall = (
+        (end - (run.started_at or run.created_at)).total_seconds()
+        if run.status not in TERMINAL
+        else 0.0
+    )
     turns = task.runs.aggregate(n=Count("model_turns"))["n"] or 0
     return [
-        Budget("cost", float(usage.get("cost_usd", 0)) + float(run.cost_usd),
-               task.budget_limit("cost_usd"), "$"),
+        Budget(
+            "cost",
+            float(usage.get("cost_usd", 0)) + float(run.cost_usd),
+            task.budget_limit("cost_usd"),
+            "$",
+        ),
         Budget("model turns", float(turns), task.budget_limit("model_turns")),
-        Budget("agent attempts", float(checkpoint.get("attempt_no", 1 if run.started_at else 0)),
-               task.budget_limit("agent_attempts")),
-        Budget("tool failures", float(checkpoint.get("tool_failures", 0)),
-               task.budget_limit("tool_retries")),
-        Budget("wall clock", float(usage.get("wall_clock_seconds", 0)) + wall,
-               task.budget_limit("wall_clock_seconds"), "s"),
+        Budget(
+            "agent attempts",
+            float(checkpoint.get("attempt_no", 1 if run.started_at else 0)),
+            task.budget_limit("agent_attempts"),
+        ),
+        Budget(
+            "tool failures",
+            float(checkpoint.get("tool_failures", 0)),
+            task.budget_limit("tool_retries"),
+        ),
+        Budget(
+            "wall clock",
+            float(usage.get("wall_clock_seconds", 0)) + wall,
+            task.budget_limit("wall_clock_seconds"),
+            "s",
+        ),
     ]
 
 
@@ -549,8 +697,9 @@ def run_console(run: Run) -> dict[str, Any]:
     """Everything the run page shows, in a bounded number of queries."""
     events = list(run.events.order_by("sequence_no")[:TIMELINE_LIMIT])
     patches = list(run.patches.select_related("diff_artifact").order_by("attempt_no"))
-    verifications = list(run.verifications.select_related("log_artifact", "patch")
-                         .order_by("created_at"))
+    verifications = list(
+        run.verifications.select_related("log_artifact", "patch").order_by("created_at")
+    )
     return {
         "run": run,
         "status_badge": status_badge(run.status),
@@ -571,10 +720,10 @@ def run_console(run: Run) -> dict[str, Any]:
         "approvals": list(run.approvals.order_by("requested_at")),
         "pull_requests": list(run.task.pull_requests.all()),
         "budgets": run_budgets(run),
-        "totals": {"tokens_in": run.tokens_in, "tokens_out": run.tokens_out,
-                   "cost": run.cost_usd},
+        "totals": {"tokens_in": run.tokens_in, "tokens_out": run.tokens_out, "cost": run.cost_usd},
         "is_active": run.status in ACTIVE,
         "awaiting_approval": run.status == S.AWAITING_APPROVAL,
-        "lease_expired": bool(run.lease_until and run.lease_until < timezone.now()
-                              and run.status in ACTIVE),
+        "lease_expired": bool(
+            run.lease_until and run.lease_until < timezone.now() and run.status in ACTIVE
+        ),
     }

@@ -39,9 +39,11 @@ def op_client(client: Any, operator: Any) -> Any:
 
 
 def _act(client: Any, name: str, action: str, pks: list[Any], **extra: str) -> Any:
-    return client.post(reverse(f"admin:{name}_changelist"),
-                       {"action": action, ACTION_CHECKBOX_NAME: [str(pk) for pk in pks],
-                        "index": 0, **extra}, follow=True)
+    return client.post(
+        reverse(f"admin:{name}_changelist"),
+        {"action": action, ACTION_CHECKBOX_NAME: [str(pk) for pk in pks], "index": 0, **extra},
+        follow=True,
+    )
 
 
 def _messages(response: Any) -> list[str]:
@@ -53,7 +55,9 @@ def _audited(obj: Any, user: Any) -> list[str]:
 
 
 def test_cancel_records_the_request_and_an_operator_event(
-    op_client: Any, operator: Any, django_capture_on_commit_callbacks: Any,
+    op_client: Any,
+    operator: Any,
+    django_capture_on_commit_callbacks: Any,
 ) -> None:
     run = run_history_create()
     done = RunFactory(status=Run.Status.COMPLETED)
@@ -67,8 +71,10 @@ def test_cancel_records_the_request_and_an_operator_event(
     action = RunEvent.objects.get(run=run, type="agent.run.operator_action")
     assert action.actor == "oncall"
     assert action.data["action"] == "cancel" and action.data["outcome"] == "done"
-    assert RunEvent.objects.get(run=done, type="agent.run.operator_action").data["outcome"] \
+    assert (
+        RunEvent.objects.get(run=done, type="agent.run.operator_action").data["outcome"]
         == "refused"
+    )
     assert _audited(run, operator) == ["Cancel: done"]
 
 
@@ -86,7 +92,8 @@ def test_approve_and_reject_decide_the_pending_approval(op_client: Any) -> None:
 
 
 def test_approving_a_run_not_awaiting_approval_is_refused_and_audited(
-    op_client: Any, operator: Any,
+    op_client: Any,
+    operator: Any,
 ) -> None:
     run = RunFactory(status=Run.Status.RUNNING)
 
@@ -112,8 +119,9 @@ def test_retry_starts_a_new_run_of_a_finished_task(op_client: Any) -> None:
 def test_run_page_button_cancels_and_returns_to_the_run(op_client: Any) -> None:
     run = run_history_create()
 
-    response = op_client.post(reverse("admin:runs_run_operate", args=[run.pk, "cancel"]),
-                              {"comment": "wrong repository"})
+    response = op_client.post(
+        reverse("admin:runs_run_operate", args=[run.pk, "cancel"]), {"comment": "wrong repository"}
+    )
 
     assert response.status_code == 302
     assert response["Location"] == reverse("admin:runs_run_change", args=[run.pk])
@@ -139,7 +147,9 @@ def test_dead_letter_requeue_and_discard(op_client: Any, operator: Any) -> None:
 
 
 def test_outbox_republish_marks_events_pending_again(
-    op_client: Any, operator: Any, django_capture_on_commit_callbacks: Any,
+    op_client: Any,
+    operator: Any,
+    django_capture_on_commit_callbacks: Any,
 ) -> None:
     from django.utils import timezone
 
@@ -157,7 +167,8 @@ def test_outbox_republish_marks_events_pending_again(
 
 
 def test_webhook_reprocess_sends_the_receipt_to_processing_again(
-    op_client: Any, django_capture_on_commit_callbacks: Any,
+    op_client: Any,
+    django_capture_on_commit_callbacks: Any,
 ) -> None:
     receipt = WebhookReceiptFactory(status="failed", attempts=1)
 
@@ -171,7 +182,8 @@ def test_webhook_reprocess_sends_the_receipt_to_processing_again(
 
 
 def test_webhook_reprocess_says_so_when_the_service_is_missing(
-    op_client: Any, monkeypatch: pytest.MonkeyPatch,
+    op_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     receipt = WebhookReceiptFactory()
     monkeypatch.setitem(sys.modules, "webhooks.services", None)

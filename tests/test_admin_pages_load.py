@@ -29,12 +29,17 @@ def su_client(client: Any, db: Any) -> Any:
 @pytest.fixture
 def populated(db: Any) -> dict[str, Any]:
     run = run_history_create(pr=True)
-    failed = RunFactory(task=TaskFactory(workspace=run.task.workspace),
-                        status=Run.Status.FAILED, failure_reason="budget_cost")
+    failed = RunFactory(
+        task=TaskFactory(workspace=run.task.workspace),
+        status=Run.Status.FAILED,
+        failure_reason="budget_cost",
+    )
     _delivery_rows(run)
     return {
-        "run": run, "failed": failed,
-        "letter": DeadLetterFactory(), "event": OutboxEventFactory(),
+        "run": run,
+        "failed": failed,
+        "letter": DeadLetterFactory(),
+        "event": OutboxEventFactory(),
         "receipt": WebhookReceiptFactory(),
     }
 
@@ -48,8 +53,11 @@ def _delivery_rows(run: Run) -> None:
 
     workspace = run.task.workspace
     rows = {
-        ("jobs", "EventSubscription"): {"workspace": workspace, "url": "http://127.0.0.1:9/h",
-                                        "secret": "s3cret"},
+        ("jobs", "EventSubscription"): {
+            "workspace": workspace,
+            "url": "http://127.0.0.1:9/h",
+            "secret": "s3cret",
+        },
         ("jobs", "WorkspaceDailyCost"): {"workspace": workspace, "day": timezone.now().date()},
         ("jobs", "Notification"): {"event_id": uuid.uuid4(), "channel": "github_comment"},
         ("webhooks", "WebhookAction"): {"provider": "github", "key": "comment:1"},
@@ -97,10 +105,16 @@ def test_every_filter_choice_loads(su_client: Any, populated: dict[str, Any]) ->
 def test_run_list_search_and_filters(su_client: Any, populated: dict[str, Any]) -> None:
     url = reverse("admin:runs_run_changelist")
     run = populated["run"]
-    for query in (f"?q={run.pk}", "?q=not-a-uuid", f"?q={run.task.repository.name}",
-                  "?liveness=stuck", "?liveness=stalled", "?failure_reason=budget_cost",
-                  f"?task__workspace__id__exact={run.task.workspace_id}",
-                  f"?task__repository__id__exact={run.task.repository_id}"):
+    for query in (
+        f"?q={run.pk}",
+        "?q=not-a-uuid",
+        f"?q={run.task.repository.name}",
+        "?liveness=stuck",
+        "?liveness=stalled",
+        "?failure_reason=budget_cost",
+        f"?task__workspace__id__exact={run.task.workspace_id}",
+        f"?task__repository__id__exact={run.task.repository_id}",
+    ):
         assert su_client.get(url + query).status_code == 200, query
     found = su_client.get(url + "?failure_reason=budget_cost").context["cl"].result_list
     assert [r.pk for r in found] == [populated["failed"].pk]
@@ -111,24 +125,39 @@ def test_stuck_filter_finds_runs_whose_lease_expired(su_client: Any, db: Any) ->
 
     from django.utils import timezone
 
-    stuck = RunFactory(status=Run.Status.RUNNING, lease_owner="w1",
-                       lease_until=timezone.now() - timedelta(seconds=30))
-    RunFactory(status=Run.Status.RUNNING, lease_owner="w2",
-               lease_until=timezone.now() + timedelta(seconds=30))
+    stuck = RunFactory(
+        status=Run.Status.RUNNING,
+        lease_owner="w1",
+        lease_until=timezone.now() - timedelta(seconds=30),
+    )
+    RunFactory(
+        status=Run.Status.RUNNING,
+        lease_owner="w2",
+        lease_until=timezone.now() + timedelta(seconds=30),
+    )
     response = su_client.get(reverse("admin:runs_run_changelist") + "?liveness=stuck")
     assert [r.pk for r in response.context["cl"].result_list] == [stuck.pk]
     assert "lease expired" in response.content.decode()
 
 
-@pytest.mark.parametrize("name", ["runs_run", "runs_task", "jobs_deadletter",
-                                  "jobs_outboxevent", "webhooks_webhookreceipt"])
+@pytest.mark.parametrize(
+    "name",
+    ["runs_run", "runs_task", "jobs_deadletter", "jobs_outboxevent", "webhooks_webhookreceipt"],
+)
 def test_changelist_query_count_does_not_grow_with_rows(
-    su_client: Any, db: Any, django_assert_max_num_queries: Any, name: str,
+    su_client: Any,
+    db: Any,
+    django_assert_max_num_queries: Any,
+    name: str,
 ) -> None:
     url = reverse(f"admin:{name}_changelist")
-    factories = {"runs_run": RunFactory, "runs_task": TaskFactory,
-                 "jobs_deadletter": DeadLetterFactory, "jobs_outboxevent": OutboxEventFactory,
-                 "webhooks_webhookreceipt": WebhookReceiptFactory}
+    factories = {
+        "runs_run": RunFactory,
+        "runs_task": TaskFactory,
+        "jobs_deadletter": DeadLetterFactory,
+        "jobs_outboxevent": OutboxEventFactory,
+        "webhooks_webhookreceipt": WebhookReceiptFactory,
+    }
     factories[name].create_batch(2)
     su_client.get(url)
     with django_assert_max_num_queries(14) as few:

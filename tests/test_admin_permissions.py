@@ -39,16 +39,16 @@ def test_operator_sees_the_console_but_rows_are_read_only(operator_client: Any) 
     page = operator_client.get(reverse("admin:runs_workspace_change", args=[workspace.pk]))
     assert page.status_code == 200
     assert page.context["has_change_permission"] is False
-    response = operator_client.post(reverse("admin:runs_workspace_change", args=[workspace.pk]),
-                                    {"slug": "hijacked", "name": "x", "max_active_runs": 1,
-                                     "daily_cost_budget_usd": "0"})
+    response = operator_client.post(
+        reverse("admin:runs_workspace_change", args=[workspace.pk]),
+        {"slug": "hijacked", "name": "x", "max_active_runs": 1, "daily_cost_budget_usd": "0"},
+    )
     assert response.status_code == 403
     workspace.refresh_from_db()
     assert workspace.slug != "hijacked"
     assert operator_client.get(reverse("admin:runs_run_change", args=[run.pk])).status_code == 200
     assert operator_client.get(reverse("admin:runs_workspace_add")).status_code == 403
-    assert operator_client.post(reverse("admin:runs_run_delete", args=[run.pk])).status_code \
-        == 403
+    assert operator_client.post(reverse("admin:runs_run_delete", args=[run.pk])).status_code == 403
 
 
 def test_staff_without_the_operator_role_cannot_act(client: Any, db: Any) -> None:
@@ -81,7 +81,9 @@ def test_superuser_may_edit_tenants_but_not_runs_or_queue_rows(client: Any, db: 
 
     page = client.get(reverse("admin:runs_workspace_change", args=[workspace.pk]))
     assert page.context["has_change_permission"] is True
-    for url in (reverse("admin:runs_run_change", args=[run.pk]),
-                reverse("admin:jobs_deadletter_change", args=[letter.pk])):
+    for url in (
+        reverse("admin:runs_run_change", args=[run.pk]),
+        reverse("admin:jobs_deadletter_change", args=[letter.pk]),
+    ):
         assert client.get(url).context["has_change_permission"] is False
     assert Run.objects.filter(pk=run.pk).exists()

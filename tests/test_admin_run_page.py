@@ -62,7 +62,11 @@ HISTORY: list[tuple[str, dict[str, Any]]] = [
 
 def _artifact(run: Run, kind: str, name: str, content: str) -> Artifact:
     return Artifact.objects.create(
-        run=run, kind=kind, name=name, content=content, size_bytes=len(content),
+        run=run,
+        kind=kind,
+        name=name,
+        content=content,
+        size_bytes=len(content),
         sha256=hashlib.sha256(content.encode()).hexdigest(),
     )
 
@@ -72,35 +76,80 @@ def run_history_create(*, run: Run | None = None, pr: bool = False) -> Run:
     run = run or RunFactory()
     now = timezone.now()
     with transaction.atomic():
-        events_record(task=run.task, run=run,
-                      events=[PendingEvent(t, d) for t, d in HISTORY])
-        ModelTurn.objects.create(run=run, step_no=3, turn_no=1, purpose="plan",
-                                 provider="scripted", model="script-1", tokens_in=900,
-                                 tokens_out=120, cost_usd=Decimal("0.0021"), latency_ms=35)
-        ToolCall.objects.create(run=run, step_no=4, turn_no=1, call_id="c1", tool="write_file",
-                                arguments={"path": "calc.py"}, status="completed",
-                                duration_ms=3)
+        events_record(task=run.task, run=run, events=[PendingEvent(t, d) for t, d in HISTORY])
+        ModelTurn.objects.create(
+            run=run,
+            step_no=3,
+            turn_no=1,
+            purpose="plan",
+            provider="scripted",
+            model="script-1",
+            tokens_in=900,
+            tokens_out=120,
+            cost_usd=Decimal("0.0021"),
+            latency_ms=35,
+        )
+        ToolCall.objects.create(
+            run=run,
+            step_no=4,
+            turn_no=1,
+            call_id="c1",
+            tool="write_file",
+            arguments={"path": "calc.py"},
+            status="completed",
+            duration_ms=3,
+        )
         patch = Patch.objects.create(
-            run=run, attempt_no=1, diff_sha256=hashlib.sha256(DIFF.encode()).hexdigest(),
-            diff_artifact=_artifact(run, "diff", "patch 1", DIFF), files_changed=["calc.py"],
-            lines_added=1, lines_removed=1)
+            run=run,
+            attempt_no=1,
+            diff_sha256=hashlib.sha256(DIFF.encode()).hexdigest(),
+            diff_artifact=_artifact(run, "diff", "patch 1", DIFF),
+            files_changed=["calc.py"],
+            lines_added=1,
+            lines_removed=1,
+        )
         VerificationAttempt.objects.create(
-            run=run, patch=patch, command="python -m pytest -q", outcome="passed", exit_code=0,
-            duration_ms=812, summary="1 passed",
-            log_artifact=_artifact(run, "log", "verify", "collected 1 item\n1 passed in 0.01s"))
+            run=run,
+            patch=patch,
+            command="python -m pytest -q",
+            outcome="passed",
+            exit_code=0,
+            duration_ms=812,
+            summary="1 passed",
+            log_artifact=_artifact(run, "log", "verify", "collected 1 item\n1 passed in 0.01s"),
+        )
         JudgeAttempt.objects.create(
-            run=run, patch=patch, verdict="accept", score=0.93,
-            findings=[{"rule": "diff_size", "severity": "info", "message": "small diff"}])
-        Approval.objects.create(run=run, patch=patch, patch_sha256=patch.diff_sha256,
-                                expires_at=now + timedelta(hours=1))
+            run=run,
+            patch=patch,
+            verdict="accept",
+            score=0.93,
+            findings=[{"rule": "diff_size", "severity": "info", "message": "small diff"}],
+        )
+        Approval.objects.create(
+            run=run,
+            patch=patch,
+            patch_sha256=patch.diff_sha256,
+            expires_at=now + timedelta(hours=1),
+        )
         if pr:
-            PullRequest.objects.create(task=run.task, provider="local", branch="agent/fix-add",
-                                       base_branch="main", number=7,
-                                       url="http://git.example/pr/7", title="Fix add()")
+            PullRequest.objects.create(
+                task=run.task,
+                provider="local",
+                branch="agent/fix-add",
+                base_branch="main",
+                number=7,
+                url="http://git.example/pr/7",
+                title="Fix add()",
+            )
         Run.objects.filter(pk=run.pk).update(
-            status=Run.Status.AWAITING_APPROVAL, status_changed_at=now, started_at=now,
-            tokens_in=900, tokens_out=120, cost_usd=Decimal("0.0021"),
-            checkpoint={"attempt_no": 1, "tool_failures": 0})
+            status=Run.Status.AWAITING_APPROVAL,
+            status_changed_at=now,
+            started_at=now,
+            tokens_in=900,
+            tokens_out=120,
+            cost_usd=Decimal("0.0021"),
+            checkpoint={"attempt_no": 1, "tool_failures": 0},
+        )
     run.refresh_from_db()
     return run
 
@@ -115,8 +164,14 @@ def test_timeline_is_grouped_by_phase_in_sequence_order(db: Any) -> None:
     run = run_history_create()
     phases = timeline_phases(list(run.events.order_by("sequence_no")))
 
-    assert [p.name for p in phases] == ["setup", "planning", "editing", "verification",
-                                       "judging", "approval"]
+    assert [p.name for p in phases] == [
+        "setup",
+        "planning",
+        "editing",
+        "verification",
+        "judging",
+        "approval",
+    ]
     sequence = [e.sequence_no for p in phases for e in p.events]
     assert sequence == sorted(sequence) == list(range(1, len(HISTORY) + 1))
     editing = next(p for p in phases if p.name == "editing")
@@ -132,8 +187,16 @@ def test_run_page_shows_turns_diff_verification_judge_approval_and_pr(
 
     assert response.status_code == 200
     html = response.content.decode()
-    for section in ("timeline", "model-turns", "tool-calls", "patches", "verifications",
-                    "judgements", "approvals", "budgets"):
+    for section in (
+        "timeline",
+        "model-turns",
+        "tool-calls",
+        "patches",
+        "verifications",
+        "judgements",
+        "approvals",
+        "budgets",
+    ):
         assert f'id="{section}"' in html
     assert '<div class="add">+    return a + b</div>' in html
     assert '<div class="del">-    return a - b</div>' in html
@@ -146,7 +209,8 @@ def test_run_page_shows_turns_diff_verification_judge_approval_and_pr(
 
 
 def test_run_page_query_count_does_not_grow_with_history(
-    admin_client_su: Any, django_assert_max_num_queries: Any,
+    admin_client_su: Any,
+    django_assert_max_num_queries: Any,
 ) -> None:
     run = run_history_create()
     url = reverse("admin:runs_run_change", args=[run.pk])

@@ -30,14 +30,18 @@ NOW = datetime(2030, 5, 17, 12, 30, tzinfo=UTC)
 def _finished(status: str, minutes_ago: float, duration_s: float, **extra: Any) -> Run:
     end = NOW - timedelta(minutes=minutes_ago)
     run = RunFactory(status=status, **extra)
-    Run.objects.filter(pk=run.pk).update(started_at=end - timedelta(seconds=duration_s),
-                                         finished_at=end, status_changed_at=end)
+    Run.objects.filter(pk=run.pk).update(
+        started_at=end - timedelta(seconds=duration_s), finished_at=end, status_changed_at=end
+    )
     return run
 
 
 def _queue_keys() -> list[str]:
-    return [f"{name}{suffix}" for name in ("agent", "verify", "events", "webhooks")
-            for suffix in ("", "\x06\x163", "\x06\x166", "\x06\x169")]
+    return [
+        f"{name}{suffix}"
+        for name in ("agent", "verify", "events", "webhooks")
+        for suffix in ("", "\x06\x163", "\x06\x166", "\x06\x169")
+    ]
 
 
 @pytest.fixture
@@ -77,15 +81,17 @@ def test_percentile_matches_the_sqlite_fallback(db: Any) -> None:
     now = timezone.now()
     for seconds in (10, 20, 30, 40, 100):
         run = RunFactory(status=Run.Status.COMPLETED)
-        Run.objects.filter(pk=run.pk).update(started_at=now - timedelta(seconds=seconds),
-                                             finished_at=now, status_changed_at=now)
+        Run.objects.filter(pk=run.pk).update(
+            started_at=now - timedelta(seconds=seconds), finished_at=now, status_changed_at=now
+        )
     p50, p95 = duration_percentiles(now - timedelta(hours=1))
     assert p50 == pytest.approx(_percentile([10, 20, 30, 40, 100], 0.5), abs=0.01)
     assert p95 == pytest.approx(_percentile([10, 20, 30, 40, 100], 0.95), abs=0.01)
 
 
 def test_queue_depth_outbox_lag_dead_letters_and_leases_cross_thresholds(
-    db: Any, broker: Any,
+    db: Any,
+    broker: Any,
 ) -> None:
     broker.rpush("agent", *[b"m"] * 150)
     broker.rpush("verify\x06\x163", b"m")
@@ -95,8 +101,12 @@ def test_queue_depth_outbox_lag_dead_letters_and_leases_cross_thresholds(
 
     OutboxEvent.objects.update(created_at=now - timedelta(minutes=5))
     DeadLetterFactory()
-    RunFactory(status=Run.Status.RUNNING, lease_owner="w", lease_until=now - timedelta(seconds=5),
-               heartbeat_at=now - timedelta(minutes=2))
+    RunFactory(
+        status=Run.Status.RUNNING,
+        lease_owner="w",
+        lease_until=now - timedelta(seconds=5),
+        heartbeat_at=now - timedelta(minutes=2),
+    )
 
     metrics = dashboard_metrics(now=now)
     queues = {m.label: m for m in metrics["queues"]}
@@ -123,7 +133,10 @@ def test_cost_today_per_workspace_against_its_budget(db: Any, broker: Any) -> No
 
 
 def test_dashboard_page_renders_charts_and_is_linked_from_the_admin_index(
-    client: Any, db: Any, broker: Any, django_assert_max_num_queries: Any,
+    client: Any,
+    db: Any,
+    broker: Any,
+    django_assert_max_num_queries: Any,
 ) -> None:
     client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
     _finished(Run.Status.COMPLETED, minutes_ago=0, duration_s=90)

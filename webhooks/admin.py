@@ -14,8 +14,13 @@ from jobs.admin import ReadOnlyQueueAdmin, pretty_json
 from webhooks.models import CiResult, WebhookAction, WebhookReceipt
 
 # Headers that could carry credentials are masked even in the operator's view.
-SENSITIVE_HEADERS = ("authorization", "cookie", "x-gitlab-token", "x-hub-signature",
-                     "x-hub-signature-256")
+SENSITIVE_HEADERS = (
+    "authorization",
+    "cookie",
+    "x-gitlab-token",
+    "x-hub-signature",
+    "x-hub-signature-256",
+)
 
 
 def reprocess_service() -> Callable[..., Any] | None:
@@ -28,20 +33,43 @@ def reprocess_service() -> Callable[..., Any] | None:
 
 
 def headers_masked(headers: dict[str, Any]) -> dict[str, Any]:
-    return {name: ("•••" if name.lower() in SENSITIVE_HEADERS else value)
-            for name, value in headers.items()}
+    return {
+        name: ("•••" if name.lower() in SENSITIVE_HEADERS else value)
+        for name, value in headers.items()
+    }
 
 
 @admin.register(WebhookReceipt)
 class WebhookReceiptAdmin(ReadOnlyQueueAdmin):
-    list_display = ("delivery_id", "provider", "event", "action", "status", "attempts",
-                    "short_reason", "received_at", "processed_at")
+    list_display = (
+        "delivery_id",
+        "provider",
+        "event",
+        "action",
+        "status",
+        "attempts",
+        "short_reason",
+        "received_at",
+        "processed_at",
+    )
     list_filter = ("status", "provider", "event")
     search_fields = ("=delivery_id", "event", "action", "status_reason")
     ordering = ("-received_at",)
-    readonly_fields = ("provider", "delivery_id", "hook_id", "event", "action", "status",
-                       "status_reason", "error_pre", "attempts", "received_at",
-                       "processed_at", "headers_pretty", "payload_pretty")
+    readonly_fields = (
+        "provider",
+        "delivery_id",
+        "hook_id",
+        "event",
+        "action",
+        "status",
+        "status_reason",
+        "error_pre",
+        "attempts",
+        "received_at",
+        "processed_at",
+        "headers_pretty",
+        "payload_pretty",
+    )
     exclude = ("headers", "payload", "error")
     actions = ["reprocess"]
 
@@ -69,9 +97,11 @@ class WebhookReceiptAdmin(ReadOnlyQueueAdmin):
         service = reprocess_service()
         if service is None:
             self.message_user(
-                request, "Reprocessing is not available in this build "
-                         "(webhooks.services.webhook_receipt_reprocess is missing).",
-                messages.ERROR)
+                request,
+                "Reprocessing is not available in this build "
+                "(webhooks.services.webhook_receipt_reprocess is missing).",
+                messages.ERROR,
+            )
             return
         by = request.user.get_username()
 
@@ -95,8 +125,16 @@ class WebhookActionAdmin(ReadOnlyQueueAdmin):
 
 @admin.register(CiResult)
 class CiResultAdmin(ReadOnlyQueueAdmin):
-    list_display = ("name", "kind", "conclusion", "repository", "pull_request", "short_sha",
-                    "followup_requested", "created_at")
+    list_display = (
+        "name",
+        "kind",
+        "conclusion",
+        "repository",
+        "pull_request",
+        "short_sha",
+        "followup_requested",
+        "created_at",
+    )
     list_select_related = ("repository", "pull_request")
     list_filter = ("conclusion", "kind", "provider", "followup_requested")
     search_fields = ("=head_sha", "name", "head_branch")

@@ -70,8 +70,14 @@ def test_operator_opens_a_run_and_reads_its_timeline(logged_in: Any, live_server
 
     page.wait_for_selector("#timeline")
     phases = page.locator("#timeline .console-phase h3").all_inner_texts()
-    assert [p.lower() for p in phases] == ["setup", "planning", "editing", "verification",
-                                           "judging", "approval"]
+    assert [p.lower() for p in phases] == [
+        "setup",
+        "planning",
+        "editing",
+        "verification",
+        "judging",
+        "approval",
+    ]
     types = page.locator("#timeline .console-event-type").all_inner_texts()
     assert types[0] == "agent.run.queued" and "agent.patch.created" in types
     assert page.locator("#patches .console-diff .add").first.inner_text().startswith("+")
