@@ -47,6 +47,7 @@ def zombies_reap(*, limit: int = 100) -> ReapReport:
             .order_by("lease_until")[:limit]
         )
         for run in expired:
+            assert run.lease_until is not None  # the filter above (lease_until__lt) excludes NULL
             missed = PendingEvent("agent.run.heartbeat.missed", {
                 "lease_owner": run.lease_owner, "lease_until": run.lease_until.isoformat(),
                 "attempt": run.attempt, "recoveries": run.recoveries,
@@ -54,9 +55,12 @@ def zombies_reap(*, limit: int = 100) -> ReapReport:
             if run.recoveries >= settings.RUN_MAX_RECOVERIES:
                 Run.objects.filter(pk=run.pk, attempt=run.attempt).update(
                     lease_owner="", lease_until=None)
-                transaction.on_commit(lambda run=run, missed=missed: run_end_unleased(
-                    run_id=run.id, target=Run.Status.FAILED, reason="recoveries_exhausted",
-                    detail=f"worker lost {run.recoveries + 1} times", events=[missed]))
+                def fail_unleased(run: Run = run, missed: PendingEvent = missed) -> None:
+                    run_end_unleased(
+                        run_id=run.id, target=Run.Status.FAILED, reason="recoveries_exhausted",
+                        detail=f"worker lost {run.recoveries + 1} times", events=[missed])
+
+                transaction.on_commit(fail_unleased)
                 report.failed += 1
                 continue
             # Compare-and-set on the fencing token: a worker that renewed meanwhile wins.

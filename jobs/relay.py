@@ -60,7 +60,8 @@ def relay_wake(*, countdown: float | None = None) -> None:
     from jobs.tasks import outbox_relay
 
     try:
-        outbox_relay.apply_async(queue="events", countdown=countdown)
+        # celery-stubs type countdown as float, but celery's own default is None.
+        outbox_relay.apply_async(queue="events", countdown=countdown)  # type: ignore[arg-type]
     except Exception:  # the beat sweep publishes what this wake-up would have
         log.warning("relay.wake_failed", exc_info=True)
 
@@ -156,13 +157,13 @@ class Deliveries:
         sent = 0
         event_id = str(row.event_id)
         for consumer in consumers_for(row.type):
-            event_consume.apply_async(args=[consumer.name, event_id], queue="events",
+            event_consume.apply_async(args=(consumer.name, event_id), queue="events",
                                       producer=producer)
             sent += 1
         workspace = row.payload.get("workspaceid")
         for sub in self.subscriptions.get(int(workspace), []) if workspace else []:
             if sub.wants(row.type):
-                subscription_deliver.apply_async(args=[sub.pk, event_id], queue="events",
+                subscription_deliver.apply_async(args=(sub.pk, event_id), queue="events",
                                                  producer=producer)
                 sent += 1
         return sent

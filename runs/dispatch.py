@@ -8,7 +8,7 @@ from django.db import transaction
 
 from runs.models import Run
 
-QUEUE_FOR_STATUS = {Run.Status.VERIFYING: "verify"}
+QUEUE_FOR_STATUS: dict[str, str] = {Run.Status.VERIFYING: "verify"}
 
 
 def run_wake(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:
@@ -16,7 +16,7 @@ def run_wake(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None
     from runs.tasks import run_step
 
     run_step.apply_async(
-        args=[str(run_id), step_no], queue=QUEUE_FOR_STATUS.get(status, "agent")
+        args=(str(run_id), step_no), queue=QUEUE_FOR_STATUS.get(status, "agent")
     )
 
 

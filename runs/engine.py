@@ -78,19 +78,19 @@ class Outcome:
     noop: bool = False
 
 
-TERMINAL_RUN_EVENT = {
+TERMINAL_RUN_EVENT: dict[str, str] = {
     S.COMPLETED: "agent.run.completed",
     S.FAILED: "agent.run.failed",
     S.CANCELLED: "agent.run.cancelled",
     S.TIMED_OUT: "agent.run.timed_out",
 }
-TERMINAL_TASK_STATUS = {
+TERMINAL_TASK_STATUS: dict[str, str] = {
     S.COMPLETED: Task.Status.COMPLETED,
     S.FAILED: Task.Status.FAILED,
     S.CANCELLED: Task.Status.CANCELLED,
     S.TIMED_OUT: Task.Status.FAILED,
 }
-TERMINAL_TASK_EVENT = {
+TERMINAL_TASK_EVENT: dict[str, str] = {
     S.COMPLETED: "agent.task.completed",
     S.FAILED: "agent.task.failed",
     S.CANCELLED: "agent.task.cancelled",

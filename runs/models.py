@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import uuid
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 DEFAULT_FORBIDDEN_PATHS = [".github/workflows/**", ".env*", "*.pem"]
 
@@ -30,7 +34,7 @@ class Workspace(models.Model):
     daily_cost_budget_usd = models.DecimalField(
         max_digits=12, decimal_places=4, default=Decimal("0")
     )
-    members = models.ManyToManyField(
+    members: models.ManyToManyField[User, Membership] = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="workspaces"
     )
     created_at = models.DateTimeField(auto_now_add=True)

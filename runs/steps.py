@@ -438,11 +438,14 @@ def step_judging(ctx: StepContext) -> Outcome:
         if model is not None:
             verdicts.append(("model", model))
     for judge, verdict in verdicts:
-        ctx.write_on_commit(lambda judge=judge, verdict=verdict: JudgeAttempt.objects.get_or_create(
-            run=ctx.run, patch=patch, judge=judge,
-            defaults={"verdict": verdict.verdict, "findings": verdict.findings,
-                      "score": verdict.score},
-        ))
+        def record_attempt(judge: str = judge, verdict: Verdict = verdict) -> None:
+            JudgeAttempt.objects.get_or_create(
+                run=ctx.run, patch=patch, judge=judge,
+                defaults={"verdict": verdict.verdict, "findings": verdict.findings,
+                          "score": verdict.score},
+            )
+
+        ctx.write_on_commit(record_attempt)
         ctx.emit("agent.judge.completed", {"patch_id": patch.id, "judge": judge,
                                            "verdict": verdict.verdict, "score": verdict.score,
                                            "findings": verdict.findings})
@@ -487,8 +490,12 @@ def step_awaiting_approval(ctx: StepContext) -> Outcome:
         if patch.diff_sha256 != approval.patch_sha256:
             # The patch changed after it was approved: the approval does not cover it.
             approval.status = Approval.Status.VOID
-            ctx.write_on_commit(lambda: Approval.objects.filter(pk=approval.pk).update(
-                status=Approval.Status.VOID))
+            approval_pk = approval.pk
+
+            def void_approval() -> None:
+                Approval.objects.filter(pk=approval_pk).update(status=Approval.Status.VOID)
+
+            ctx.write_on_commit(void_approval)
             return Outcome(to=S.FAILED, reason="approval_void",
                            detail="patch changed after approval")
         return Outcome(to=S.CREATING_PR)

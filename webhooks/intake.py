@@ -185,7 +185,7 @@ def headers_storable(headers: Mapping[str, str]) -> dict[str, str]:
 def receipt_dispatch(receipt_id: int) -> None:
     from webhooks.tasks import receipt_process
 
-    receipt_process.apply_async(args=[receipt_id])
+    receipt_process.apply_async(args=(receipt_id,))
 
 
 def webhook_receipt_record(

@@ -122,16 +122,16 @@ def _action_claim(*, delivery: Delivery, repository: Repository, key: str) -> bo
 
 
 def _agent_pr(repository: Repository, *, branch: str = "",
-              numbers: Iterable[int] = ()) -> PullRequest | None:
+              numbers: Iterable[object] = ()) -> PullRequest | None:
     """The agent's pull request in ``repository`` with this head branch or number."""
     rows = PullRequest.objects.filter(task__repository=repository).select_related("task")
     if branch:
         found = rows.filter(branch=branch).order_by("-created_at").first()
         if found is not None:
             return found
-    numbers = [n for n in numbers if isinstance(n, int)]
-    if numbers:
-        return rows.filter(number__in=numbers).order_by("-created_at").first()
+    wanted = [n for n in numbers if isinstance(n, int)]
+    if wanted:
+        return rows.filter(number__in=wanted).order_by("-created_at").first()
     return None
 
 
@@ -375,7 +375,7 @@ class CiReport:
     external_id: str
     head_sha: str
     head_branch: str
-    numbers: list[int]
+    numbers: list[object]  # as sent; _agent_pr keeps only the ints
     name: str
     conclusion: str
     summary: str

@@ -54,7 +54,7 @@ class Event:
             type=str(payload["type"]),
             time=parse_datetime(time) if isinstance(time, str) else None,
             data=payload.get("data") or {},
-            workspace_id=int(workspace) if workspace not in (None, "") else None,
+            workspace_id=int(workspace) if workspace is not None and workspace != "" else None,
             task_id=payload.get("taskid"),
             run_id=payload.get("runid"),
             sequence=int(sequence) if sequence is not None else None,

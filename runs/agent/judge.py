@@ -46,8 +46,8 @@ def judge_rules(
                          "lines": lines_changed, "limit": max_diff_lines})
     added = "\n".join(line[1:] for line in diff_text.splitlines()
                       if line.startswith("+") and not line.startswith("+++"))
-    for name, pattern in SECRET_RULES:
-        if pattern.search(added):
+    for name, secret in SECRET_RULES:
+        if secret.search(added):
             findings.append({"rule": "secret", "severity": "block", "kind": name})
     if scope:
         outside = [f for f in files if not any(fnmatch.fnmatchcase(f, g) for g in scope)]
@@ -79,8 +79,12 @@ def judge_model_parse(content: str) -> Verdict:
         return Verdict("accept", [{"rule": "model_judge_unreadable", "severity": "info",
                                    "answer": content[:300]}])
     assert isinstance(data, dict)
+    raw_score = data.get("score")
     try:
-        score: float | None = min(1.0, max(0.0, float(data.get("score"))))
+        # float(None) raises TypeError too, so a missing score ends up as None.
+        score: float | None = (
+            None if raw_score is None else min(1.0, max(0.0, float(raw_score)))
+        )
     except (TypeError, ValueError):
         score = None
     findings = []
