@@ -8,7 +8,7 @@ import secrets
 from datetime import timedelta
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
@@ -25,7 +25,7 @@ def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def api_token_issue(*, user: AbstractBaseUser, name: str = "") -> tuple[ApiToken, str]:
+def api_token_issue(*, user: User, name: str = "") -> tuple[ApiToken, str]:
     """Create a token for ``user``; the secret is returned here and never again."""
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(

@@ -62,8 +62,11 @@ def _as_api_exception(exc: Exception) -> exceptions.APIException | None:
     if isinstance(exc, CommandRefused):
         return ProblemError(status_code=409, code=exc.code, detail=exc.message)
     if isinstance(exc, ProtectedError):
-        return ProblemError(status_code=409, code="protected",
-                            detail="the object is still referenced and cannot be deleted")
+        return ProblemError(
+            status_code=409,
+            code="protected",
+            detail="the object is still referenced and cannot be deleted",
+        )
     if isinstance(exc, Http404):
         return exceptions.NotFound()
     if isinstance(exc, DjangoPermissionDenied):
@@ -81,36 +84,57 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
     headers: dict[str, str] = {}
     if api_exc is None:
         logger.exception("api.unhandled_error", extra={"path": instance})
-        body = problem_body(status_code=500, code="server_error",
-                            detail="an unexpected error occurred", instance=instance)
+        body = problem_body(
+            status_code=500,
+            code="server_error",
+            detail="an unexpected error occurred",
+            instance=instance,
+        )
         return Response(body, status=500, content_type=PROBLEM_CONTENT_TYPE)
     if isinstance(api_exc, exceptions.ValidationError):
         errors = api_exc.detail
         if not isinstance(errors, dict):
             errors = {"non_field_errors": errors}
-        body = problem_body(status_code=400, code="invalid", instance=instance,
-                            detail="the request is invalid; see errors", errors=errors)
+        body = problem_body(
+            status_code=400,
+            code="invalid",
+            instance=instance,
+            detail="the request is invalid; see errors",
+            errors=errors,
+        )
         return Response(body, status=400, content_type=PROBLEM_CONTENT_TYPE)
-    if isinstance(api_exc, exceptions.Throttled) and api_exc.wait is not None:
-        headers["Retry-After"] = str(int(api_exc.wait) + 1)
+    if isinstance(api_exc, exceptions.Throttled):
+        # Throttled.__init__ sets ``wait``; the stubs do not declare it.
+        wait: float | None = api_exc.wait  # type: ignore[attr-defined]
+        if wait is not None:
+            headers["Retry-After"] = str(int(wait) + 1)
     # APIView.handle_exception already chose 401 (with a challenge) or 403.
     auth_header = getattr(api_exc, "auth_header", None)
     if auth_header:
         headers["WWW-Authenticate"] = auth_header
     code = getattr(api_exc, "problem_code", None) or _code_of(api_exc)
     detail = api_exc.detail if isinstance(api_exc.detail, str) else str(api_exc.detail)
-    body = problem_body(status_code=api_exc.status_code, code=code, detail=str(detail),
-                        instance=instance)
-    return Response(body, status=api_exc.status_code, headers=headers,
-                    content_type=PROBLEM_CONTENT_TYPE)
+    body = problem_body(
+        status_code=api_exc.status_code, code=code, detail=str(detail), instance=instance
+    )
+    return Response(
+        body, status=api_exc.status_code, headers=headers, content_type=PROBLEM_CONTENT_TYPE
+    )
 
 
-def problem_json(request: HttpRequest, *, status_code: int, code: str, detail: str,
-                 headers: dict[str, str] | None = None) -> JsonResponse:
+def problem_json(
+    request: HttpRequest,
+    *,
+    status_code: int,
+    code: str,
+    detail: str,
+    headers: dict[str, str] | None = None,
+) -> JsonResponse:
     """A problem response outside DRF (the SSE view, Django-level handlers)."""
     response = JsonResponse(
         problem_body(status_code=status_code, code=code, detail=detail, instance=request.path),
-        status=status_code, content_type=PROBLEM_CONTENT_TYPE,
+        status=status_code,
+        content_type=PROBLEM_CONTENT_TYPE,
     )
     for name, value in (headers or {}).items():
         response[name] = value
@@ -131,6 +155,7 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
 def server_error(request: HttpRequest) -> HttpResponse:
     """handler500: problem details under /api/, Django's page elsewhere."""
     if _is_api(request):
-        return problem_json(request, status_code=500, code="server_error",
-                            detail="an unexpected error occurred")
+        return problem_json(
+            request, status_code=500, code="server_error", detail="an unexpected error occurred"
+        )
     return defaults.server_error(request)

@@ -34,8 +34,7 @@ class TaskFilter(django_filters.FilterSet):
 
     class Meta:
         model = Task
-        fields = ["status", "source", "repository", "workspace", "created_after",
-                  "created_before"]
+        fields = ["status", "source", "repository", "workspace", "created_after", "created_before"]
 
 
 class RunFilter(django_filters.FilterSet):

@@ -46,8 +46,9 @@ class SequenceCursorPagination:
         self.limit = min(self._int_param(request, "limit", self.default_limit), self.max_limit)
         if self.limit < 1:
             raise ValidationError({"limit": ["must be at least 1"]})
-        rows = list(queryset.filter(sequence_no__gt=self.after).order_by("sequence_no")
-                    [: self.limit + 1])
+        rows = list(
+            queryset.filter(sequence_no__gt=self.after).order_by("sequence_no")[: self.limit + 1]
+        )
         self.has_more = len(rows) > self.limit
         self.page = rows[: self.limit]
         return self.page
@@ -55,7 +56,7 @@ class SequenceCursorPagination:
     @staticmethod
     def _int_param(request: Request, name: str, default: int) -> int:
         raw = request.query_params.get(name)
-        if raw in (None, ""):
+        if raw is None or raw == "":
             return default
         try:
             value = int(raw)

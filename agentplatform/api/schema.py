@@ -6,6 +6,7 @@ from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import Direction
 from rest_framework import serializers
 
 from agentplatform.api.errors import PROBLEM_CONTENT_TYPE
@@ -20,8 +21,11 @@ class ProblemSerializer(serializers.Serializer):
     detail = serializers.CharField()
     code = serializers.CharField(help_text="Stable machine-readable error code")
     instance = serializers.CharField(required=False, help_text="The request path")
-    errors = serializers.DictField(
-        required=False, child=serializers.JSONField(),
+    # The serializer metaclass moves declared fields off the class, so this does not
+    # shadow Serializer.errors at runtime; the stubs cannot know that.
+    errors = serializers.DictField(  # type: ignore[assignment]
+        required=False,
+        child=serializers.JSONField(),
         help_text="Field errors of an invalid request (400 only)",
     )
 
@@ -32,7 +36,8 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
         return {
-            "type": "http", "scheme": "bearer",
+            "type": "http",
+            "scheme": "bearer",
             "description": "An API token (`manage.py issue_token` or POST /api/tokens/).",
         }
 
@@ -55,7 +60,7 @@ _DETAIL = {"404": "No such object in the caller's workspaces."}
 class ProblemAutoSchema(AutoSchema):
     """Adds the problem-details responses to each operation of the API."""
 
-    def _get_response_bodies(self, direction: str = "response") -> dict[str, Any]:
+    def _get_response_bodies(self, direction: Direction = "response") -> dict[str, Any]:
         responses = super()._get_response_bodies(direction)
         problem = self.resolve_serializer(ProblemSerializer(), "response").ref
         documented = dict(_COMMON)
@@ -72,13 +77,16 @@ class ProblemAutoSchema(AutoSchema):
             if status_code.startswith(("4", "5")) and "content" not in response:
                 response["content"] = {PROBLEM_CONTENT_TYPE: {"schema": problem}}
         for status_code, description in documented.items():
-            responses.setdefault(status_code, {
-                "content": {PROBLEM_CONTENT_TYPE: {"schema": problem}},
-                "description": description,
-            })
+            responses.setdefault(
+                status_code,
+                {
+                    "content": {PROBLEM_CONTENT_TYPE: {"schema": problem}},
+                    "description": description,
+                },
+            )
         return responses
 
-    def get_serializer_name(self, serializer: serializers.Serializer, direction: str) -> str:
+    def get_serializer_name(self, serializer: serializers.Serializer, direction: Direction) -> str:
         # Nested per-operation serializers ("TaskCreateApi.InputSerializer") would all be
         # called "Input"/"Output"; name them after their API class instead.
         name = super().get_serializer_name(serializer, direction)
@@ -107,21 +115,37 @@ def stream_path_document(result: dict[str, Any], **kwargs: Any) -> dict[str, Any
             ),
             "tags": ["runs"],
             "parameters": [
-                {"in": "path", "name": "id", "required": True,
-                 "schema": {"type": "string", "format": "uuid"}},
-                {"in": "header", "name": "Last-Event-ID", "required": False,
-                 "schema": {"type": "integer", "minimum": 0}},
-                {"in": "query", "name": "last_event_id", "required": False,
-                 "schema": {"type": "integer", "minimum": 0}},
+                {
+                    "in": "path",
+                    "name": "id",
+                    "required": True,
+                    "schema": {"type": "string", "format": "uuid"},
+                },
+                {
+                    "in": "header",
+                    "name": "Last-Event-ID",
+                    "required": False,
+                    "schema": {"type": "integer", "minimum": 0},
+                },
+                {
+                    "in": "query",
+                    "name": "last_event_id",
+                    "required": False,
+                    "schema": {"type": "integer", "minimum": 0},
+                },
             ],
             "security": [{"tokenAuth": []}, {"cookieAuth": []}],
             "responses": {
-                "200": {"description": "An event stream.",
-                        "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                "200": {
+                    "description": "An event stream.",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                },
                 "400": {"description": "Invalid Last-Event-ID.", "content": problem_content},
                 "401": {"description": "Not authenticated.", "content": problem_content},
-                "404": {"description": "No such run in the caller's workspaces.",
-                        "content": problem_content},
+                "404": {
+                    "description": "No such run in the caller's workspaces.",
+                    "content": problem_content,
+                },
             },
         }
     }

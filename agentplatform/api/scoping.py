@@ -8,9 +8,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
+from rest_framework.exceptions import NotAuthenticated
+from rest_framework.request import Request
 
 from runs.models import Membership, Workspace
+
+
+def request_user(request: Request) -> User:
+    """The authenticated caller of a view behind ``IsAuthenticated``.
+
+    ``request.user`` is typed ``User | AnonymousUser``; the permission check has already
+    turned anonymous callers away, so this only narrows the type (and fails closed).
+    """
+    user = request.user
+    if not isinstance(user, User):
+        raise NotAuthenticated()
+    return user
 
 
 def workspace_ids_for(*, user: Any, role: str | None = None) -> list[int]:

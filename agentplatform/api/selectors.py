@@ -24,25 +24,39 @@ def submission_outcome(*, submission: Submission) -> dict[str, Any]:
     task = submission.task
     if submission.created:
         if submission.run is not None:
-            return {"task_id": task.id, "run_id": submission.run.id,
-                    "status": Task.Status.QUEUED, "reason": None}
-        return {"task_id": task.id, "run_id": None, "status": Task.Status.DEFERRED,
-                "reason": task.status_reason}
+            return {
+                "task_id": task.id,
+                "run_id": submission.run.id,
+                "status": Task.Status.QUEUED,
+                "reason": None,
+            }
+        return {
+            "task_id": task.id,
+            "run_id": None,
+            "status": Task.Status.DEFERRED,
+            "reason": task.status_reason,
+        }
     first = Run.objects.filter(task=task, run_no=1).first()
-    if first is not None and RunEvent.objects.filter(
-        run=first, sequence_no=1, type="agent.task.submitted"
-    ).exists():
-        return {"task_id": task.id, "run_id": first.id, "status": Task.Status.QUEUED,
-                "reason": None}
+    if (
+        first is not None
+        and RunEvent.objects.filter(run=first, sequence_no=1, type="agent.task.submitted").exists()
+    ):
+        return {
+            "task_id": task.id,
+            "run_id": first.id,
+            "status": Task.Status.QUEUED,
+            "reason": None,
+        }
     reason = task.status_reason if task.status == Task.Status.DEFERRED else ""
     if not reason:
         deferred = (
             OutboxEvent.objects.filter(partition_key=str(task.id), type="agent.task.deferred")
-            .order_by("id").values_list("payload", flat=True).first()
+            .order_by("id")
+            .values_list("payload", flat=True)
+            .first()
         )
         reason = ((deferred or {}).get("data") or {}).get("reason", "")
-    return {"task_id": task.id, "run_id": None, "status": Task.Status.DEFERRED,
-            "reason": reason}
+    return {"task_id": task.id, "run_id": None, "status": Task.Status.DEFERRED, "reason": reason}
 
 
 def run_budget_usage(*, run: Run) -> dict[str, Any]:
@@ -61,9 +75,7 @@ def run_budget_usage(*, run: Run) -> dict[str, Any]:
         "tool_retries": float(checkpoint.get("tool_failures", 0)),
         "wall_clock_seconds": float(usage.get("wall_clock_seconds", 0)) + wall,
     }
-    return {
-        name: {"used": value, "limit": task.budget_limit(name)} for name, value in used.items()
-    }
+    return {name: {"used": value, "limit": task.budget_limit(name)} for name, value in used.items()}
 
 
 def run_current_step(*, run: Run) -> dict[str, Any]:

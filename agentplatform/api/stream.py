@@ -102,7 +102,7 @@ class RunEventHub:
                     channel = message["channel"]
                     if isinstance(channel, bytes):
                         channel = channel.decode()
-                    self._wake(channel[len(CHANNEL_PREFIX):])
+                    self._wake(channel[len(CHANNEL_PREFIX) :])
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -148,13 +148,19 @@ async def _pool() -> Any:
 
             db = settings.DATABASES["default"]
             conninfo = make_conninfo(
-                dbname=db["NAME"], user=db.get("USER") or None,
-                password=db.get("PASSWORD") or None, host=db.get("HOST") or None,
+                dbname=db["NAME"],
+                user=db.get("USER") or None,
+                password=db.get("PASSWORD") or None,
+                host=db.get("HOST") or None,
                 port=str(db["PORT"]) if db.get("PORT") else None,
             )
             pool = AsyncConnectionPool(
-                conninfo, min_size=1, max_size=settings.SSE_DB_POOL_SIZE,
-                kwargs={"autocommit": True}, open=False, name="sse",
+                conninfo,
+                min_size=1,
+                max_size=settings.SSE_DB_POOL_SIZE,
+                kwargs={"autocommit": True},
+                open=False,
+                name="sse",
             )
             await pool.open()
             resources.pool = pool
@@ -179,8 +185,14 @@ async def _read(run_id: uuid.UUID, after: int) -> tuple[str, list[dict[str, Any]
             cursor = await conn.execute(_EVENTS_SQL, [run_id, after, BATCH])
             rows = await cursor.fetchall()
         events = [
-            {"id": row[0], "sequence": row[1], "type": row[2], "data": row[3],
-             "actor": row[4], "created_at": row[5]}
+            {
+                "id": row[0],
+                "sequence": row[1],
+                "type": row[2],
+                "data": row[3],
+                "actor": row[4],
+                "created_at": row[5],
+            }
             for row in rows
         ]
         return (status_row[0] if status_row else Run.Status.CANCELLED), events
@@ -191,10 +203,17 @@ def _read_orm(run_id: uuid.UUID, after: int) -> tuple[str, list[dict[str, Any]]]
     try:
         status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
         events = [
-            {"id": event.id, "sequence": event.sequence_no, "type": event.type,
-             "data": event.data, "actor": event.actor, "created_at": event.created_at}
-            for event in RunEvent.objects.filter(run_id=run_id, sequence_no__gt=after)
-            .order_by("sequence_no")[:BATCH]
+            {
+                "id": event.id,
+                "sequence": event.sequence_no,
+                "type": event.type,
+                "data": event.data,
+                "actor": event.actor,
+                "created_at": event.created_at,
+            }
+            for event in RunEvent.objects.filter(run_id=run_id, sequence_no__gt=after).order_by(
+                "sequence_no"
+            )[:BATCH]
         ]
         return status or Run.Status.CANCELLED, events
     finally:
@@ -254,12 +273,16 @@ def _run_visible_sync(user: Any, run_id: uuid.UUID) -> bool:
         connections.close_all()
 
 
-async def run_stream(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+async def run_stream(request: HttpRequest, pk: uuid.UUID) -> HttpResponse | StreamingHttpResponse:
     """The SSE endpoint (see the module docstring)."""
     if request.method != "GET":
-        return problem_json(request, status_code=405, code="method_not_allowed",
-                            detail=f'Method "{request.method}" not allowed.',
-                            headers={"Allow": "GET"})
+        return problem_json(
+            request,
+            status_code=405,
+            code="method_not_allowed",
+            detail=f'Method "{request.method}" not allowed.',
+            headers={"Allow": "GET"},
+        )
     header = request.headers.get("Authorization", "")
     if header:
         user = await sync_to_async(_authenticate_sync)(header)
@@ -268,9 +291,13 @@ async def run_stream(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
         user = user if user.is_authenticated else None
     if user is None:
         await sync_to_async(connections.close_all)()
-        return problem_json(request, status_code=401, code="not_authenticated",
-                            detail="Authentication credentials were not provided or are "
-                            "invalid.", headers={"WWW-Authenticate": 'Bearer realm="api"'})
+        return problem_json(
+            request,
+            status_code=401,
+            code="not_authenticated",
+            detail="Authentication credentials were not provided or are invalid.",
+            headers={"WWW-Authenticate": 'Bearer realm="api"'},
+        )
     if not await sync_to_async(_run_visible_sync)(user, pk):
         return problem_json(request, status_code=404, code="not_found", detail="Not found.")
     raw = request.headers.get("Last-Event-ID") or request.GET.get("last_event_id") or "0"
@@ -279,8 +306,12 @@ async def run_stream(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
         if after < 0:
             raise ValueError(raw)
     except ValueError:
-        return problem_json(request, status_code=400, code="invalid",
-                            detail="Last-Event-ID must be a sequence number")
+        return problem_json(
+            request,
+            status_code=400,
+            code="invalid",
+            detail="Last-Event-ID must be a sequence number",
+        )
     response = StreamingHttpResponse(
         run_events_stream(run_id=pk, after=after, keepalive=settings.SSE_KEEPALIVE_SECONDS),
         content_type="text/event-stream",

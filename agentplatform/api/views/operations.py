@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 from agentplatform.api.errors import ProblemError
 from agentplatform.api.filters import DeadLetterFilter, WebhookReceiptFilter
 from agentplatform.api.pagination import LimitOffsetPagination
-from agentplatform.api.scoping import is_admin_of, workspace_ids_for
+from agentplatform.api.scoping import is_admin_of, request_user, workspace_ids_for
 from jobs.models import DeadLetter, OutboxEvent
 from jobs.relay import outbox_lag_seconds
 from jobs.services import dead_letter_discard, dead_letter_requeue
@@ -39,9 +39,23 @@ def _dead_letters_visible(request: Request) -> QuerySet[DeadLetter]:
 class DeadLetterOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = DeadLetter
-        fields = ["id", "task_name", "task_id", "args", "kwargs", "queue", "exception",
-                  "attempts", "recoveries", "first_failed_at", "last_failed_at", "status",
-                  "resolved_at", "resolved_by", "workspace_id"]
+        fields = [
+            "id",
+            "task_name",
+            "task_id",
+            "args",
+            "kwargs",
+            "queue",
+            "exception",
+            "attempts",
+            "recoveries",
+            "first_failed_at",
+            "last_failed_at",
+            "status",
+            "resolved_at",
+            "resolved_by",
+            "workspace_id",
+        ]
         read_only_fields = fields
 
 
@@ -83,15 +97,19 @@ def _letter_for_resolution(request: Request, pk: Any) -> DeadLetter:
 
 def _not_open(letter: DeadLetter) -> ProblemError:
     letter.refresh_from_db(fields=["status"])
-    return ProblemError(status_code=409, code="dead_letter_not_open",
-                        detail=f"dead letter is {letter.status}")
+    return ProblemError(
+        status_code=409, code="dead_letter_not_open", detail=f"dead letter is {letter.status}"
+    )
 
 
 class DeadLetterRequeueApi(APIView):
     """Send the job again with its original arguments (admins); 409 unless open."""
 
-    @extend_schema(operation_id="dead_letters_requeue", request=None,
-                   responses={202: DeadLetterOutputSerializer, 409: None})
+    @extend_schema(
+        operation_id="dead_letters_requeue",
+        request=None,
+        responses={202: DeadLetterOutputSerializer, 409: None},
+    )
     def post(self, request: Request, pk: Any) -> Response:
         letter = _letter_for_resolution(request, pk)
         if not dead_letter_requeue(letter=letter, by=request.user.get_username()):
@@ -103,8 +121,11 @@ class DeadLetterRequeueApi(APIView):
 class DeadLetterDiscardApi(APIView):
     """Give up on the job for good (admins); 409 unless open."""
 
-    @extend_schema(operation_id="dead_letters_discard", request=None,
-                   responses={200: DeadLetterOutputSerializer, 409: None})
+    @extend_schema(
+        operation_id="dead_letters_discard",
+        request=None,
+        responses={200: DeadLetterOutputSerializer, 409: None},
+    )
     def post(self, request: Request, pk: Any) -> Response:
         letter = _letter_for_resolution(request, pk)
         if not dead_letter_discard(letter=letter, by=request.user.get_username()):
@@ -129,7 +150,8 @@ def _receipts_visible(request: Request) -> QuerySet[WebhookReceipt]:
         return receipts
     external_ids = list(
         Repository.objects.filter(workspace_id__in=workspace_ids_for(user=request.user))
-        .exclude(external_id="").values_list("external_id", flat=True)
+        .exclude(external_id="")
+        .values_list("external_id", flat=True)
     )
     if not external_ids:
         return receipts.none()
@@ -142,8 +164,20 @@ def _receipts_visible(request: Request) -> QuerySet[WebhookReceipt]:
 class WebhookReceiptOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = WebhookReceipt
-        fields = ["id", "provider", "delivery_id", "hook_id", "event", "action", "status",
-                  "status_reason", "error", "attempts", "received_at", "processed_at"]
+        fields = [
+            "id",
+            "provider",
+            "delivery_id",
+            "hook_id",
+            "event",
+            "action",
+            "status",
+            "status_reason",
+            "error",
+            "attempts",
+            "received_at",
+            "processed_at",
+        ]
         read_only_fields = fields
 
 
@@ -191,16 +225,20 @@ class OutboxStatusApi(APIView):
 
     @extend_schema(operation_id="outbox_status", responses=OutputSerializer)
     def get(self, request: Request) -> Response:
-        if not request.user.is_staff and not Membership.objects.filter(
-            user=request.user, role=Membership.Role.ADMIN
-        ).exists():
+        if (
+            not request.user.is_staff
+            and not Membership.objects.filter(
+                user=request_user(request), role=Membership.Role.ADMIN
+            ).exists()
+        ):
             raise PermissionDenied("only staff and workspace admins see the outbox")
         pending = OutboxEvent.objects.filter(published_at__isnull=True)
         body = {
             "pending": pending.count(),
             "failing": pending.filter(attempts__gt=0).count(),
             "lag_seconds": outbox_lag_seconds(),
-            "oldest_pending_at": pending.order_by("id").values_list("created_at", flat=True)
+            "oldest_pending_at": pending.order_by("id")
+            .values_list("created_at", flat=True)
             .first(),
         }
         return Response(self.OutputSerializer(body).data)

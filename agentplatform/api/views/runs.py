@@ -19,7 +19,7 @@ from agentplatform.api.filters import RunFilter
 from agentplatform.api.pagination import LimitOffsetPagination, SequenceCursorPagination
 from agentplatform.api.scoping import workspace_ids_for
 from agentplatform.api.selectors import run_budget_usage, run_current_step
-from runs.models import Artifact, Run, RunEvent
+from runs.models import Artifact, Run, RunEvent, Task, Workspace
 from runs.services import run_approve, run_cancel_request, run_reject, task_retry
 
 
@@ -36,17 +36,39 @@ def _run_get(request: Request, run_id: Any) -> Run:
 
 
 class RunOutputSerializer(serializers.ModelSerializer):
-    task = serializers.PrimaryKeyRelatedField(read_only=True)
-    workspace = serializers.SlugRelatedField(source="task.workspace", slug_field="slug",
-                                             read_only=True)
+    task: serializers.PrimaryKeyRelatedField[Task] = serializers.PrimaryKeyRelatedField(
+        read_only=True
+    )
+    workspace: serializers.SlugRelatedField[Workspace] = serializers.SlugRelatedField(
+        source="task.workspace", slug_field="slug", read_only=True
+    )
 
     class Meta:
         model = Run
-        fields = ["id", "task", "workspace", "run_no", "status", "status_changed_at",
-                  "step_no", "attempt", "recoveries", "retries", "branch", "base_commit",
-                  "model_profile", "tokens_in", "tokens_out", "cost_usd", "failure_reason",
-                  "cancel_requested_at", "last_sequence_no", "created_at", "started_at",
-                  "finished_at"]
+        fields = [
+            "id",
+            "task",
+            "workspace",
+            "run_no",
+            "status",
+            "status_changed_at",
+            "step_no",
+            "attempt",
+            "recoveries",
+            "retries",
+            "branch",
+            "base_commit",
+            "model_profile",
+            "tokens_in",
+            "tokens_out",
+            "cost_usd",
+            "failure_reason",
+            "cancel_requested_at",
+            "last_sequence_no",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
         read_only_fields = fields
 
 
@@ -87,15 +109,15 @@ class RunDetailApi(APIView):
         current_step = CurrentStepSerializer(read_only=True)
 
         class Meta(RunOutputSerializer.Meta):
-            fields = [*RunOutputSerializer.Meta.fields, "failure_detail", "budget",
-                      "current_step"]
+            fields = [*RunOutputSerializer.Meta.fields, "failure_detail", "budget", "current_step"]
             read_only_fields = fields
 
     @extend_schema(operation_id="runs_retrieve", responses=OutputSerializer)
     def get(self, request: Request, pk: Any) -> Response:
         run = _run_get(request, pk)
-        run.budget = run_budget_usage(run=run)
-        run.current_step = run_current_step(run=run)
+        # Computed, not model fields: plain instance attributes the OutputSerializer reads.
+        run.__dict__["budget"] = run_budget_usage(run=run)
+        run.__dict__["current_step"] = run_current_step(run=run)
         return Response(self.OutputSerializer(run).data)
 
 
@@ -113,22 +135,36 @@ class RunEventListApi(APIView):
     @extend_schema(
         operation_id="runs_events_list",
         parameters=[
-            OpenApiParameter("after", OpenApiTypes.INT, description="Return events with a "
-                             "sequence number greater than this (the cursor).", required=False),
-            OpenApiParameter("limit", OpenApiTypes.INT, required=False,
-                             description="Page size, 1 to 500 (default 100)."),
+            OpenApiParameter(
+                "after",
+                OpenApiTypes.INT,
+                description="Return events with a sequence number greater than this (the cursor).",
+                required=False,
+            ),
+            OpenApiParameter(
+                "limit",
+                OpenApiTypes.INT,
+                required=False,
+                description="Page size, 1 to 500 (default 100).",
+            ),
         ],
-        responses=inline_serializer("RunEventPage", fields={
-            "next": serializers.URLField(allow_null=True),
-            "last_sequence": serializers.IntegerField(),
-            "results": OutputSerializer(many=True),
-        }),
+        responses=inline_serializer(
+            "RunEventPage",
+            fields={
+                "next": serializers.URLField(allow_null=True),
+                "last_sequence": serializers.IntegerField(),
+                "results": OutputSerializer(many=True),
+            },
+        ),
     )
     def get(self, request: Request, pk: Any) -> Response:
         run = _run_get(request, pk)
         paginator = SequenceCursorPagination()
         page = paginator.paginate(queryset=RunEvent.objects.filter(run=run), request=request)
-        return paginator.response(self.OutputSerializer(page, many=True).data)
+        data = self.OutputSerializer(page, many=True).data
+        # many=True builds a ListSerializer whose data is a ReturnList; the stubs type the
+        # call as the child serializer and its data as a ReturnDict.
+        return paginator.response(data)  # type: ignore[arg-type]
 
 
 class ArtifactOutputSerializer(serializers.ModelSerializer):
@@ -185,16 +221,21 @@ class RunCancelApi(APIView):
     class InputSerializer(serializers.Serializer):
         reason = serializers.CharField(max_length=500, default="", allow_blank=True)
 
-    @extend_schema(operation_id="runs_cancel", request=InputSerializer,
-                   responses={202: CommandOutputSerializer, **_COMMAND_ERRORS})
+    @extend_schema(
+        operation_id="runs_cancel",
+        request=InputSerializer,
+        responses={202: CommandOutputSerializer, **_COMMAND_ERRORS},
+    )
     def post(self, request: Request, pk: Any) -> Response:
         run = _run_get(request, pk)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        if not run_cancel_request(run=run, by=request.user.get_username(),
-                                  reason=serializer.validated_data["reason"]):
-            raise ProblemError(status_code=409, code="run_terminal",
-                               detail=f"run already ended ({run.status})")
+        if not run_cancel_request(
+            run=run, by=request.user.get_username(), reason=serializer.validated_data["reason"]
+        ):
+            raise ProblemError(
+                status_code=409, code="run_terminal", detail=f"run already ended ({run.status})"
+            )
         return _accepted(run, "cancellation requested")
 
 
@@ -208,14 +249,18 @@ class RunApproveApi(APIView):
     class InputSerializer(ApprovalInputSerializer):
         pass
 
-    @extend_schema(operation_id="runs_approve", request=InputSerializer,
-                   responses={202: CommandOutputSerializer, **_COMMAND_ERRORS})
+    @extend_schema(
+        operation_id="runs_approve",
+        request=InputSerializer,
+        responses={202: CommandOutputSerializer, **_COMMAND_ERRORS},
+    )
     def post(self, request: Request, pk: Any) -> Response:
         run = _run_get(request, pk)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        approval = run_approve(run=run, by=request.user.get_username(),
-                               comment=serializer.validated_data["comment"])
+        approval = run_approve(
+            run=run, by=request.user.get_username(), comment=serializer.validated_data["comment"]
+        )
         return _accepted(run, f"approval {approval.status}")
 
 
@@ -225,22 +270,29 @@ class RunRejectApi(APIView):
     class InputSerializer(ApprovalInputSerializer):
         pass
 
-    @extend_schema(operation_id="runs_reject", request=InputSerializer,
-                   responses={202: CommandOutputSerializer, **_COMMAND_ERRORS})
+    @extend_schema(
+        operation_id="runs_reject",
+        request=InputSerializer,
+        responses={202: CommandOutputSerializer, **_COMMAND_ERRORS},
+    )
     def post(self, request: Request, pk: Any) -> Response:
         run = _run_get(request, pk)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        run_reject(run=run, by=request.user.get_username(),
-                   comment=serializer.validated_data["comment"])
+        run_reject(
+            run=run, by=request.user.get_username(), comment=serializer.validated_data["comment"]
+        )
         return _accepted(run, "approval rejected")
 
 
 class RunRetryApi(APIView):
     """Start a new run of this run's task from scratch; 409 while a run is active."""
 
-    @extend_schema(operation_id="runs_retry", request=None,
-                   responses={202: CommandOutputSerializer, **_COMMAND_ERRORS})
+    @extend_schema(
+        operation_id="runs_retry",
+        request=None,
+        responses={202: CommandOutputSerializer, **_COMMAND_ERRORS},
+    )
     def post(self, request: Request, pk: Any) -> Response:
         run = _run_get(request, pk)
         new_run = task_retry(task=run.task, by=request.user.get_username())

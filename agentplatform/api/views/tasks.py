@@ -16,21 +16,41 @@ from agentplatform.api.filters import TaskFilter
 from agentplatform.api.pagination import LimitOffsetPagination
 from agentplatform.api.scoping import workspace_ids_for
 from agentplatform.api.selectors import submission_outcome
-from runs.models import Repository, Task
+from runs.models import Repository, Task, Workspace
 from runs.services import Submission, task_submit
 
 BUDGET_KEYS = ("agent_attempts", "model_turns", "tool_retries", "wall_clock_seconds", "cost_usd")
 
 
 class TaskOutputSerializer(serializers.ModelSerializer):
-    workspace = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    repository = serializers.PrimaryKeyRelatedField(read_only=True)
+    workspace: serializers.SlugRelatedField[Workspace] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    repository: serializers.PrimaryKeyRelatedField[Repository] = serializers.PrimaryKeyRelatedField(
+        read_only=True
+    )
 
     class Meta:
         model = Task
-        fields = ["id", "workspace", "repository", "instruction", "task_type", "risk_level",
-                  "execution_mode", "target_branch", "requested_by", "source", "priority",
-                  "budget", "status", "status_reason", "usage", "created_at", "updated_at"]
+        fields = [
+            "id",
+            "workspace",
+            "repository",
+            "instruction",
+            "task_type",
+            "risk_level",
+            "execution_mode",
+            "target_branch",
+            "requested_by",
+            "source",
+            "priority",
+            "budget",
+            "status",
+            "status_reason",
+            "usage",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = fields
 
 
@@ -59,7 +79,8 @@ class TaskCollectionApi(generics.ListAPIView):
         target_branch = serializers.CharField(max_length=200, default="", allow_blank=True)
         priority = serializers.IntegerField(min_value=-100, max_value=100, default=0)
         budget = serializers.DictField(
-            child=serializers.FloatField(min_value=0), default=dict,
+            child=serializers.FloatField(min_value=0),
+            default=dict,
             help_text=f"Overrides of the default budget; keys: {', '.join(BUDGET_KEYS)}.",
         )
         model_options = serializers.DictField(
@@ -70,7 +91,9 @@ class TaskCollectionApi(generics.ListAPIView):
             super().__init__(*args, **kwargs)
             request = self.context.get("request")
             if request is not None:  # schema generation builds it without one
-                self.fields["repository"].queryset = Repository.objects.filter(
+                repository = self.fields["repository"]
+                assert isinstance(repository, serializers.PrimaryKeyRelatedField)
+                repository.queryset = Repository.objects.filter(
                     workspace_id__in=workspace_ids_for(user=request.user)
                 ).select_related("workspace")
 
@@ -101,12 +124,15 @@ class TaskCollectionApi(generics.ListAPIView):
         operation_id="tasks_create",
         request=CreateInputSerializer,
         responses={202: CreateOutputSerializer, 422: None},
-        parameters=[OpenApiParameter(
-            "Idempotency-Key", {"type": "string", "minLength": 1, "maxLength": 200,
-                                "pattern": r"^\S(.*\S)?$"}, OpenApiParameter.HEADER,
-            description="Repeat a submission safely: the same key with the same body "
-            "returns the original response; with a different body, 422.",
-        )],
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"^\S(.*\S)?$"},
+                OpenApiParameter.HEADER,
+                description="Repeat a submission safely: the same key with the same body "
+                "returns the original response; with a different body, 422.",
+            )
+        ],
     )
     def post(self, request: Request) -> Response:
         key = request.headers.get("Idempotency-Key")
@@ -117,16 +143,26 @@ class TaskCollectionApi(generics.ListAPIView):
         data = serializer.validated_data
         repository: Repository = data["repository"]
         submission: Submission = task_submit(
-            workspace=repository.workspace, repository=repository,
-            instruction=data["instruction"], source=Task.Source.API,
-            requested_by=request.user.get_username(), idempotency_key=key.strip() if key else None,
-            execution_mode=data["execution_mode"], risk_level=data["risk_level"],
-            task_type=data["task_type"], target_branch=data["target_branch"],
-            priority=data["priority"], budget=data["budget"], model_options=data["model_options"],
+            workspace=repository.workspace,
+            repository=repository,
+            instruction=data["instruction"],
+            source=Task.Source.API,
+            requested_by=request.user.get_username(),
+            idempotency_key=key.strip() if key else None,
+            execution_mode=data["execution_mode"],
+            risk_level=data["risk_level"],
+            task_type=data["task_type"],
+            target_branch=data["target_branch"],
+            priority=data["priority"],
+            budget=data["budget"],
+            model_options=data["model_options"],
         )
         body = submission_outcome(submission=submission)
-        return Response(self.CreateOutputSerializer(body).data, status=202,
-                        headers={"Location": f"/api/tasks/{submission.task.id}/"})
+        return Response(
+            self.CreateOutputSerializer(body).data,
+            status=202,
+            headers={"Location": f"/api/tasks/{submission.task.id}/"},
+        )
 
 
 class TaskDetailApi(generics.RetrieveAPIView):

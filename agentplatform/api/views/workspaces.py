@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 from agentplatform.api.auth import api_token_issue, api_token_revoke
 from agentplatform.api.filters import RepositoryFilter
 from agentplatform.api.pagination import LimitOffsetPagination
-from agentplatform.api.scoping import is_admin_of, workspace_ids_for
+from agentplatform.api.scoping import is_admin_of, request_user, workspace_ids_for
 from runs.models import ApiToken, Membership, Repository, Workspace
 
 
@@ -32,22 +32,31 @@ def _admin_required(request: Request, workspace_id: int) -> None:
 
 
 class WorkspaceOutputSerializer(serializers.ModelSerializer):
-    role = serializers.CharField(read_only=True, allow_null=True,
-                                 help_text="The caller's role in the workspace.")
+    role = serializers.CharField(
+        read_only=True, allow_null=True, help_text="The caller's role in the workspace."
+    )
 
     class Meta:
         model = Workspace
-        fields = ["slug", "name", "max_active_runs", "daily_cost_budget_usd", "role",
-                  "created_at"]
+        fields = ["slug", "name", "max_active_runs", "daily_cost_budget_usd", "role", "created_at"]
         read_only_fields = fields
+
+
+def _with_role(workspace: Workspace, role: str | None) -> Workspace:
+    """Attach the caller's role, which WorkspaceOutputSerializer reads as ``role``."""
+    # Not a model field: a plain instance attribute, set the way ``obj.role = ...`` would.
+    workspace.__dict__["role"] = role
+    return workspace
 
 
 def _workspaces_visible(request: Request) -> QuerySet[Workspace]:
     ids = workspace_ids_for(user=request.user)
-    roles = dict(Membership.objects.filter(user=request.user).values_list("workspace_id", "role"))
+    roles = dict(
+        Membership.objects.filter(user=request_user(request)).values_list("workspace_id", "role")
+    )
     workspaces = Workspace.objects.filter(pk__in=ids).order_by("slug")
     for workspace in workspaces:
-        workspace.role = roles.get(workspace.pk)
+        _with_role(workspace, roles.get(workspace.pk))
     return workspaces
 
 
@@ -59,13 +68,15 @@ class WorkspaceCollectionApi(APIView):
             model = Workspace
             fields = ["slug", "name", "max_active_runs", "daily_cost_budget_usd"]
 
-    @extend_schema(operation_id="workspaces_list",
-                   responses=WorkspaceOutputSerializer(many=True))
+    @extend_schema(operation_id="workspaces_list", responses=WorkspaceOutputSerializer(many=True))
     def get(self, request: Request) -> Response:
         return Response(WorkspaceOutputSerializer(_workspaces_visible(request), many=True).data)
 
-    @extend_schema(operation_id="workspaces_create", request=CreateInputSerializer,
-                   responses={201: WorkspaceOutputSerializer})
+    @extend_schema(
+        operation_id="workspaces_create",
+        request=CreateInputSerializer,
+        responses={201: WorkspaceOutputSerializer},
+    )
     def post(self, request: Request) -> Response:
         if not request.user.is_staff:
             raise PermissionDenied("only staff create workspaces")
@@ -73,9 +84,10 @@ class WorkspaceCollectionApi(APIView):
         serializer.is_valid(raise_exception=True)
         with transaction.atomic():
             workspace = serializer.save()
-            Membership.objects.create(workspace=workspace, user=request.user,
-                                      role=Membership.Role.ADMIN)
-        workspace.role = Membership.Role.ADMIN
+            Membership.objects.create(
+                workspace=workspace, user=request.user, role=Membership.Role.ADMIN
+            )
+        _with_role(workspace, Membership.Role.ADMIN)
         return Response(WorkspaceOutputSerializer(workspace).data, status=201)
 
 
@@ -93,18 +105,23 @@ class WorkspaceDetailApi(APIView):
     @extend_schema(operation_id="workspaces_retrieve", responses=WorkspaceOutputSerializer)
     def get(self, request: Request, slug: str) -> Response:
         workspace = self._get(request, slug)
-        workspace.role = Membership.objects.get(user=request.user, workspace=workspace).role
+        _with_role(
+            workspace, Membership.objects.get(user=request_user(request), workspace=workspace).role
+        )
         return Response(WorkspaceOutputSerializer(workspace).data)
 
-    @extend_schema(operation_id="workspaces_partial_update", request=UpdateInputSerializer,
-                   responses=WorkspaceOutputSerializer)
+    @extend_schema(
+        operation_id="workspaces_partial_update",
+        request=UpdateInputSerializer,
+        responses=WorkspaceOutputSerializer,
+    )
     def patch(self, request: Request, slug: str) -> Response:
         workspace = self._get(request, slug)
         _admin_required(request, workspace.pk)
         serializer = self.UpdateInputSerializer(workspace, data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
         workspace = serializer.save()
-        workspace.role = Membership.Role.ADMIN
+        _with_role(workspace, Membership.Role.ADMIN)
         return Response(WorkspaceOutputSerializer(workspace).data)
 
 
@@ -122,30 +139,42 @@ class WorkspaceMemberCollectionApi(APIView):
 
     class InputSerializer(serializers.Serializer):
         username = serializers.CharField(max_length=150)
-        role = serializers.ChoiceField(choices=Membership.Role.choices,
-                                       default=Membership.Role.MEMBER)
+        role = serializers.ChoiceField(
+            choices=Membership.Role.choices, default=Membership.Role.MEMBER
+        )
 
-    @extend_schema(operation_id="workspaces_members_list",
-                   responses=MembershipOutputSerializer(many=True))
+    @extend_schema(
+        operation_id="workspaces_members_list", responses=MembershipOutputSerializer(many=True)
+    )
     def get(self, request: Request, slug: str) -> Response:
         workspace = get_object_or_404(_workspaces_visible(request), slug=slug)
-        members = Membership.objects.filter(workspace=workspace).select_related("user") \
+        members = (
+            Membership.objects.filter(workspace=workspace)
+            .select_related("user")
             .order_by("user__username")
+        )
         return Response(MembershipOutputSerializer(members, many=True).data)
 
-    @extend_schema(operation_id="workspaces_members_set", request=InputSerializer,
-                   responses={200: MembershipOutputSerializer})
+    @extend_schema(
+        operation_id="workspaces_members_set",
+        request=InputSerializer,
+        responses={200: MembershipOutputSerializer},
+    )
     def post(self, request: Request, slug: str) -> Response:
         workspace = get_object_or_404(_workspaces_visible(request), slug=slug)
         _admin_required(request, workspace.pk)
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        user = get_user_model().objects.filter(
-            username=serializer.validated_data["username"], is_active=True).first()
+        user = (
+            get_user_model()
+            .objects.filter(username=serializer.validated_data["username"], is_active=True)
+            .first()
+        )
         if user is None:
             raise serializers.ValidationError({"username": ["no such active user"]})
         membership, _ = Membership.objects.update_or_create(
-            workspace=workspace, user=user,
+            workspace=workspace,
+            user=user,
             defaults={"role": serializer.validated_data["role"]},
         )
         return Response(MembershipOutputSerializer(membership).data)
@@ -158,8 +187,7 @@ class WorkspaceMemberDetailApi(APIView):
     def delete(self, request: Request, slug: str, username: str) -> Response:
         workspace = get_object_or_404(_workspaces_visible(request), slug=slug)
         _admin_required(request, workspace.pk)
-        membership = get_object_or_404(Membership, workspace=workspace,
-                                       user__username=username)
+        membership = get_object_or_404(Membership, workspace=workspace, user__username=username)
         membership.delete()
         return Response(status=204)
 
@@ -168,14 +196,28 @@ class WorkspaceMemberDetailApi(APIView):
 
 
 class RepositoryOutputSerializer(serializers.ModelSerializer):
-    workspace = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    workspace: serializers.SlugRelatedField[Workspace] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
     has_webhook_secret = serializers.SerializerMethodField()
 
     class Meta:
         model = Repository
-        fields = ["id", "workspace", "name", "provider", "external_id", "clone_url",
-                  "default_branch", "test_command", "forbidden_paths", "allowed_commands",
-                  "max_active_runs", "has_webhook_secret", "created_at"]
+        fields = [
+            "id",
+            "workspace",
+            "name",
+            "provider",
+            "external_id",
+            "clone_url",
+            "default_branch",
+            "test_command",
+            "forbidden_paths",
+            "allowed_commands",
+            "max_active_runs",
+            "has_webhook_secret",
+            "created_at",
+        ]
         read_only_fields = fields
 
     def get_has_webhook_secret(self, repository: Repository) -> bool:
@@ -183,33 +225,50 @@ class RepositoryOutputSerializer(serializers.ModelSerializer):
 
 
 class RepositoryWriteSerializer(serializers.ModelSerializer):
-    webhook_secret = serializers.CharField(max_length=200, required=False, allow_blank=True,
-                                           write_only=True)
-    forbidden_paths = serializers.ListField(child=serializers.CharField(max_length=300),
-                                            required=False)
-    allowed_commands = serializers.ListField(child=serializers.CharField(max_length=100),
-                                             required=False)
+    webhook_secret = serializers.CharField(
+        max_length=200, required=False, allow_blank=True, write_only=True
+    )
+    forbidden_paths = serializers.ListField(
+        child=serializers.CharField(max_length=300), required=False
+    )
+    allowed_commands = serializers.ListField(
+        child=serializers.CharField(max_length=100), required=False
+    )
 
     class Meta:
         model = Repository
-        fields = ["name", "provider", "external_id", "clone_url", "default_branch",
-                  "test_command", "webhook_secret", "forbidden_paths", "allowed_commands",
-                  "max_active_runs"]
+        fields = [
+            "name",
+            "provider",
+            "external_id",
+            "clone_url",
+            "default_branch",
+            "test_command",
+            "webhook_secret",
+            "forbidden_paths",
+            "allowed_commands",
+            "max_active_runs",
+        ]
 
 
 def _local_clone_guard(request: Request, provider: str, clone_url: str | None) -> None:
     # A local clone URL is a path on the platform's own disk; letting any workspace
     # admin choose one would let them read another tenant's repository.
-    if provider == Repository.Provider.LOCAL and clone_url is not None \
-            and not request.user.is_staff:
+    if (
+        provider == Repository.Provider.LOCAL
+        and clone_url is not None
+        and not request.user.is_staff
+    ):
         raise serializers.ValidationError(
-            {"clone_url": ["only staff may register a local (on-disk) repository"]})
+            {"clone_url": ["only staff may register a local (on-disk) repository"]}
+        )
 
 
 def _repositories_visible(request: Request) -> QuerySet[Repository]:
     return (
         Repository.objects.filter(workspace_id__in=workspace_ids_for(user=request.user))
-        .select_related("workspace").order_by("workspace__slug", "name", "id")
+        .select_related("workspace")
+        .order_by("workspace__slug", "name", "id")
     )
 
 
@@ -230,19 +289,24 @@ class RepositoryCollectionApi(generics.ListAPIView):
     def get_queryset(self) -> QuerySet[Repository]:
         return _repositories_visible(self.request)
 
-    @extend_schema(operation_id="repositories_create", request=CreateInputSerializer,
-                   responses={201: RepositoryOutputSerializer})
+    @extend_schema(
+        operation_id="repositories_create",
+        request=CreateInputSerializer,
+        responses={201: RepositoryOutputSerializer},
+    )
     def post(self, request: Request) -> Response:
         serializer = self.CreateInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         workspace = Workspace.objects.filter(
-            slug=data.pop("workspace"), pk__in=workspace_ids_for(user=request.user)).first()
+            slug=data.pop("workspace"), pk__in=workspace_ids_for(user=request.user)
+        ).first()
         if workspace is None:
             raise serializers.ValidationError({"workspace": ["no such workspace"]})
         _admin_required(request, workspace.pk)
-        _local_clone_guard(request, data.get("provider", Repository.Provider.LOCAL),
-                           data.get("clone_url"))
+        _local_clone_guard(
+            request, data.get("provider", Repository.Provider.LOCAL), data.get("clone_url")
+        )
         if Repository.objects.filter(workspace=workspace, name=data["name"]).exists():
             raise serializers.ValidationError({"name": ["already used in this workspace"]})
         repository = Repository.objects.create(workspace=workspace, **data)
@@ -262,19 +326,28 @@ class RepositoryDetailApi(APIView):
     def get(self, request: Request, pk: int) -> Response:
         return Response(RepositoryOutputSerializer(self._get(request, pk)).data)
 
-    @extend_schema(operation_id="repositories_partial_update", request=UpdateInputSerializer,
-                   responses=RepositoryOutputSerializer)
+    @extend_schema(
+        operation_id="repositories_partial_update",
+        request=UpdateInputSerializer,
+        responses=RepositoryOutputSerializer,
+    )
     def patch(self, request: Request, pk: int) -> Response:
         repository = self._get(request, pk)
         _admin_required(request, repository.workspace_id)
         serializer = self.UpdateInputSerializer(repository, data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
-        _local_clone_guard(request,
-                           serializer.validated_data.get("provider", repository.provider),
-                           serializer.validated_data.get("clone_url"))
+        _local_clone_guard(
+            request,
+            serializer.validated_data.get("provider", repository.provider),
+            serializer.validated_data.get("clone_url"),
+        )
         name = serializer.validated_data.get("name")
-        if name and Repository.objects.filter(workspace_id=repository.workspace_id, name=name) \
-                .exclude(pk=repository.pk).exists():
+        if (
+            name
+            and Repository.objects.filter(workspace_id=repository.workspace_id, name=name)
+            .exclude(pk=repository.pk)
+            .exists()
+        ):
             raise serializers.ValidationError({"name": ["already used in this workspace"]})
         repository = serializer.save()
         return Response(RepositoryOutputSerializer(repository).data)
@@ -304,8 +377,9 @@ class TokenCollectionApi(APIView):
         name = serializers.CharField(max_length=100, default="", allow_blank=True)
 
     class CreateOutputSerializer(TokenOutputSerializer):
-        token = serializers.CharField(read_only=True,
-                                      help_text="The secret; shown only in this response.")
+        token = serializers.CharField(
+            read_only=True, help_text="The secret; shown only in this response."
+        )
 
         class Meta(TokenOutputSerializer.Meta):
             fields = [*TokenOutputSerializer.Meta.fields, "token"]
@@ -313,16 +387,22 @@ class TokenCollectionApi(APIView):
 
     @extend_schema(operation_id="tokens_list", responses=TokenOutputSerializer(many=True))
     def get(self, request: Request) -> Response:
-        tokens = ApiToken.objects.filter(user=request.user).order_by("-created_at")
+        tokens = ApiToken.objects.filter(user=request_user(request)).order_by("-created_at")
         return Response(TokenOutputSerializer(tokens, many=True).data)
 
-    @extend_schema(operation_id="tokens_create", request=CreateInputSerializer,
-                   responses={201: CreateOutputSerializer})
+    @extend_schema(
+        operation_id="tokens_create",
+        request=CreateInputSerializer,
+        responses={201: CreateOutputSerializer},
+    )
     def post(self, request: Request) -> Response:
         serializer = self.CreateInputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        token, secret = api_token_issue(user=request.user, name=serializer.validated_data["name"])
-        token.token = secret
+        token, secret = api_token_issue(
+            user=request_user(request), name=serializer.validated_data["name"]
+        )
+        # CreateOutputSerializer reads the secret as ``token``; it is not a model field.
+        token.__dict__["token"] = secret
         return Response(self.CreateOutputSerializer(token).data, status=201)
 
 
