@@ -14,15 +14,19 @@ def production_settings_check(app_configs: Any, **kwargs: Any) -> list[Error]:
         return []
     errors: list[Error] = []
     if settings.DEBUG:
-        errors.append(Error(
-            "DEBUG is on in production mode.",
-            hint="Unset DEBUG (or set DEBUG=false) when DATABASE_URL points at PostgreSQL.",
-            id="agentplatform.E001",
-        ))
+        errors.append(
+            Error(
+                "DEBUG is on in production mode.",
+                hint="Unset DEBUG (or set DEBUG=false) when DATABASE_URL points at PostgreSQL.",
+                id="agentplatform.E001",
+            )
+        )
     if settings.SECRET_KEY == settings.DEFAULT_SECRET_KEY or len(settings.SECRET_KEY) < 32:
-        errors.append(Error(
-            "SECRET_KEY is the embedded default or shorter than 32 characters.",
-            hint="Set SECRET_KEY to a long random value in production.",
-            id="agentplatform.E002",
-        ))
+        errors.append(
+            Error(
+                "SECRET_KEY is the embedded default or shorter than 32 characters.",
+                hint="Set SECRET_KEY to a long random value in production.",
+                id="agentplatform.E002",
+            )
+        )
     return errors

@@ -214,10 +214,14 @@ EVENT_STREAM_REDIS_URL = _env_value("EVENT_STREAM_REDIS_URL", str, REDIS_URL)
 OUTBOX_RETRY_BASE_SECONDS = _env_value("OUTBOX_RETRY_BASE_SECONDS", float, 1.0)
 OUTBOX_RETRY_MAX_SECONDS = _env_value("OUTBOX_RETRY_MAX_SECONDS", float, 300.0)
 # In-app event consumers (dotted paths to jobs.consumers.Consumer objects).
-EVENT_CONSUMERS = _env_value("EVENT_CONSUMERS", list, [
-    "jobs.consumers.cost.COST_AGGREGATION",
-    "jobs.consumers.notify.SOURCE_NOTIFICATION",
-])
+EVENT_CONSUMERS = _env_value(
+    "EVENT_CONSUMERS",
+    list,
+    [
+        "jobs.consumers.cost.COST_AGGREGATION",
+        "jobs.consumers.notify.SOURCE_NOTIFICATION",
+    ],
+)
 EVENT_CONSUMER_MAX_RETRIES = _env_value("EVENT_CONSUMER_MAX_RETRIES", int, 5)
 EVENT_CONSUMER_RETRY_BASE_SECONDS = _env_value("EVENT_CONSUMER_RETRY_BASE_SECONDS", float, 2.0)
 # Outgoing HTTP subscriptions: attempts before a delivery is dead-lettered.
@@ -284,8 +288,9 @@ ADMIN_OPERATOR_GROUP = _env_value("ADMIN_OPERATOR_GROUP", str, "operators")
 # Dashboard thresholds: numbers at or past these are highlighted.
 OPS_QUEUE_DEPTH_WARN = _env_value("OPS_QUEUE_DEPTH_WARN", int, 100)
 OPS_OUTBOX_LAG_WARN_SECONDS = _env_value("OPS_OUTBOX_LAG_WARN_SECONDS", float, 30.0)
-OPS_LEASE_AGE_WARN_SECONDS = _env_value("OPS_LEASE_AGE_WARN_SECONDS", float,
-                                        float(RUN_LEASE_SECONDS))
+OPS_LEASE_AGE_WARN_SECONDS = _env_value(
+    "OPS_LEASE_AGE_WARN_SECONDS", float, float(RUN_LEASE_SECONDS)
+)
 OPS_SUCCESS_RATE_WARN = _env_value("OPS_SUCCESS_RATE_WARN", float, 0.8)
 
 # --- Django bits ----------------------------------------------------------------------

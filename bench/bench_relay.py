@@ -43,8 +43,13 @@ def _fill() -> None:
     for i in range(EVENTS_PER_RUN):
         for task, run in pairs:
             with transaction.atomic():
-                events_record(task=task, run=run, events=[PendingEvent(
-                    "agent.run.status.changed", {"from": "a", "to": "b", "i": i})])
+                events_record(
+                    task=task,
+                    run=run,
+                    events=[
+                        PendingEvent("agent.run.status.changed", {"from": "a", "to": "b", "i": i})
+                    ],
+                )
 
 
 def _measure(limit: int, partitions: int) -> float:

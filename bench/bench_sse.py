@@ -51,9 +51,12 @@ def _delivery(server, run, secret) -> tuple[list[float], list[float]]:
     connected = threading.Event()
 
     def listen() -> None:
-        with httpx.Client(timeout=60) as client, connect_sse(
-            client, "GET", f"{server.url}/api/runs/{run.id}/stream", headers=dict(headers)
-        ) as source:
+        with (
+            httpx.Client(timeout=60) as client,
+            connect_sse(
+                client, "GET", f"{server.url}/api/runs/{run.id}/stream", headers=dict(headers)
+            ) as source,
+        ):
             for sse in source.iter_sse():
                 if sse.retry is not None:
                     connected.set()
@@ -89,8 +92,9 @@ async def _requests_latency(server, run, secret, streams: int) -> list[float]:
         ready = asyncio.Semaphore(0)
 
         async def hold() -> None:
-            async with aconnect_sse(client, "GET", f"{server.url}/api/runs/{run.id}/stream",
-                                    headers=dict(headers)) as source:
+            async with aconnect_sse(
+                client, "GET", f"{server.url}/api/runs/{run.id}/stream", headers=dict(headers)
+            ) as source:
                 async for sse in source.aiter_sse():
                     if sse.retry is not None:
                         ready.release()
@@ -135,17 +139,25 @@ def main() -> None:
         connection.creation.destroy_test_db(old_name, verbosity=0)
 
     ms = 1000
-    print(f"delivery commit->client: median {statistics.median(latencies) * ms:.1f} ms, "
-          f"p95 {_p(latencies, 0.95) * ms:.1f} ms, max {max(latencies) * ms:.1f} ms "
-          f"(target 100 ms)")
-    print(f"baseline GET round-trip: median {statistics.median(round_trips) * ms:.1f} ms; "
-          f"ratio delivery/GET = "
-          f"{statistics.median(latencies) / statistics.median(round_trips):.2f}")
-    print(f"GET /api/runs/{{id}}/ with 0 streams: median {statistics.median(quiet) * ms:.1f} ms,"
-          f" p95 {_p(quiet, 0.95) * ms:.1f} ms")
-    print(f"GET /api/runs/{{id}}/ with {STREAMS} open streams: median "
-          f"{statistics.median(loaded) * ms:.1f} ms, p95 {_p(loaded, 0.95) * ms:.1f} ms; "
-          f"ratio loaded/quiet = {statistics.median(loaded) / statistics.median(quiet):.2f}")
+    print(
+        f"delivery commit->client: median {statistics.median(latencies) * ms:.1f} ms, "
+        f"p95 {_p(latencies, 0.95) * ms:.1f} ms, max {max(latencies) * ms:.1f} ms "
+        f"(target 100 ms)"
+    )
+    print(
+        f"baseline GET round-trip: median {statistics.median(round_trips) * ms:.1f} ms; "
+        f"ratio delivery/GET = "
+        f"{statistics.median(latencies) / statistics.median(round_trips):.2f}"
+    )
+    print(
+        f"GET /api/runs/{{id}}/ with 0 streams: median {statistics.median(quiet) * ms:.1f} ms,"
+        f" p95 {_p(quiet, 0.95) * ms:.1f} ms"
+    )
+    print(
+        f"GET /api/runs/{{id}}/ with {STREAMS} open streams: median "
+        f"{statistics.median(loaded) * ms:.1f} ms, p95 {_p(loaded, 0.95) * ms:.1f} ms; "
+        f"ratio loaded/quiet = {statistics.median(loaded) / statistics.median(quiet):.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ status-change event (RunEvent + OutboxEvent), release the lease. The baseline is
 transaction with one UPDATE per run (the least any durable step can do). Prints both
 rates and their ratio; both are measured in this run, so the ratio is what to compare.
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench .venv/bin/python bench/bench_step_commit.py
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench \
+        .venv/bin/python bench/bench_step_commit.py
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
 os.environ.setdefault("CELERY_BROKER_URL", "redis://127.0.0.1:6379/15")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentplatform.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
@@ -41,10 +42,12 @@ def main() -> None:
 
     logging.getLogger("agentplatform").setLevel(logging.WARNING)
     workspace, _ = Workspace.objects.get_or_create(slug="bench", defaults={"name": "bench"})
-    repository, _ = Repository.objects.get_or_create(workspace=workspace, name="bench",
-                                                     defaults={"clone_url": "/dev/null"})
+    repository, _ = Repository.objects.get_or_create(
+        workspace=workspace, name="bench", defaults={"clone_url": "/dev/null"}
+    )
     tasks = Task.objects.bulk_create(
-        [Task(workspace=workspace, repository=repository, instruction="bench") for _ in range(N)])
+        [Task(workspace=workspace, repository=repository, instruction="bench") for _ in range(N)]
+    )
     runs = Run.objects.bulk_create([Run(task=t, run_no=1) for t in tasks])
     runs = list(Run.objects.filter(pk__in=[r.pk for r in runs]).select_related("task"))
     # The wake-up message is not part of what is measured here.

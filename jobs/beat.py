@@ -53,9 +53,12 @@ class LeaderLock:
         db = settings.DATABASES["default"]
         try:
             conn = psycopg.connect(
-                dbname=db["NAME"], user=db.get("USER") or None,
-                password=db.get("PASSWORD") or None, host=db.get("HOST") or None,
-                port=db.get("PORT") or None, autocommit=True,
+                dbname=db["NAME"],
+                user=db.get("USER") or None,
+                password=db.get("PASSWORD") or None,
+                host=db.get("HOST") or None,
+                port=db.get("PORT") or None,
+                autocommit=True,
                 application_name="agentplatform-beat-leader",
             )
         except psycopg.Error:

@@ -25,12 +25,14 @@ NULLABLE_STR: dict[str, Any] = {"type": ["string", "null"]}
 STR_LIST: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
 ANY_LIST: dict[str, Any] = {"type": "array"}
 OBJ: dict[str, Any] = {"type": "object"}
-DECIMAL: dict[str, Any] = {"type": ["string", "number"],
-                           "description": "US dollars, a decimal string"}
+DECIMAL: dict[str, Any] = {
+    "type": ["string", "number"],
+    "description": "US dollars, a decimal string",
+}
 
 # Scopes: which envelope extensions an event always carries.
-RUN = "run"        # a run's timeline: runid and a gap-free sequence
-TASK = "task"      # about a task, possibly before any run exists
+RUN = "run"  # a run's timeline: runid and a gap-free sequence
+TASK = "task"  # about a task, possibly before any run exists
 SYSTEM = "system"  # about the platform (dead-lettered jobs, intake)
 
 
@@ -43,8 +45,14 @@ class EventType:
     optional: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def _e(type: str, summary: str, scope: str = RUN, *, required: dict | None = None,
-       optional: dict | None = None) -> EventType:
+def _e(
+    type: str,
+    summary: str,
+    scope: str = RUN,
+    *,
+    required: dict | None = None,
+    optional: dict | None = None,
+) -> EventType:
     return EventType(type, summary, scope, required or {}, optional or {})
 
 
@@ -52,109 +60,258 @@ _TERMINAL = {"run_no": INT}
 _FAILURE = {"reason": STR, "detail": STR}
 _TOOL = {"tool_call_id": ID, "tool": STR, "turn_no": INT}
 _VERIFY = {"patch_id": ID, "command": STR, "attempt_no": INT}
-_VERIFY_RESULT = {**_VERIFY, "outcome": STR, "exit_code": {"type": ["integer", "null"]},
-                  "duration_ms": {"type": ["integer", "null"]}, "log_artifact_id": NULLABLE_STR}
+_VERIFY_RESULT = {
+    **_VERIFY,
+    "outcome": STR,
+    "exit_code": {"type": ["integer", "null"]},
+    "duration_ms": {"type": ["integer", "null"]},
+    "log_artifact_id": NULLABLE_STR,
+}
 _PR = {"number": {"type": ["integer", "null"]}, "url": STR}
 
 CATALOG: list[EventType] = [
-    _e("agent.task.submitted", "A task was recorded.", TASK,
-       required={"repository": STR, "source": STR, "execution_mode": STR},
-       optional={"requested_by": STR}),
-    _e("agent.task.accepted", "Admission accepted the task; its run exists.", TASK,
-       required={"run_no": INT}),
+    _e(
+        "agent.task.submitted",
+        "A task was recorded.",
+        TASK,
+        required={"repository": STR, "source": STR, "execution_mode": STR},
+        optional={"requested_by": STR},
+    ),
+    _e(
+        "agent.task.accepted",
+        "Admission accepted the task; its run exists.",
+        TASK,
+        required={"run_no": INT},
+    ),
     _e("agent.task.rejected", "The task was refused.", TASK, optional={"reason": STR}),
-    _e("agent.task.deferred", "Over a limit: the task waits for capacity.", TASK,
-       required={"reason": STR}),
+    _e(
+        "agent.task.deferred",
+        "Over a limit: the task waits for capacity.",
+        TASK,
+        required={"reason": STR},
+    ),
     _e("agent.task.queued", "The task's run is queued.", TASK, required={"run_no": INT}),
-    _e("agent.task.cancelled", "The task ended cancelled.", TASK, required=_TERMINAL,
-       optional=_FAILURE),
+    _e(
+        "agent.task.cancelled",
+        "The task ended cancelled.",
+        TASK,
+        required=_TERMINAL,
+        optional=_FAILURE,
+    ),
     _e("agent.task.completed", "The task ended successfully.", TASK, required=_TERMINAL),
-    _e("agent.task.failed", "The task ended failed.", TASK, required=_TERMINAL,
-       optional=_FAILURE),
-    _e("agent.run.queued", "A run was created and waits for a worker.",
-       required={"run_no": INT}, optional={"followup": BOOL}),
-    _e("agent.run.started", "A worker started the run.",
-       required={"run_no": INT}, optional={"attempt": INT}),
-    _e("agent.run.status.changed", "The run moved in the state machine.",
-       required={"from": STR, "to": STR}, optional={"reason": STR}),
-    _e("agent.run.heartbeat.missed", "The run's lease expired: its worker is gone or stalled.",
-       required={"attempt": INT, "recoveries": INT},
-       optional={"lease_owner": STR, "lease_until": NULLABLE_STR}),
-    _e("agent.run.recovered", "The reaper handed the run to a new worker.",
-       required={"step_no": INT, "recoveries": INT}),
-    _e("agent.run.cancel.requested", "Someone asked to cancel the run.",
-       required={"by": STR}, optional={"reason": STR}),
-    _e("agent.run.cancelled", "The run ended cancelled.", required=_TERMINAL,
-       optional=_FAILURE),
+    _e("agent.task.failed", "The task ended failed.", TASK, required=_TERMINAL, optional=_FAILURE),
+    _e(
+        "agent.run.queued",
+        "A run was created and waits for a worker.",
+        required={"run_no": INT},
+        optional={"followup": BOOL},
+    ),
+    _e(
+        "agent.run.started",
+        "A worker started the run.",
+        required={"run_no": INT},
+        optional={"attempt": INT},
+    ),
+    _e(
+        "agent.run.status.changed",
+        "The run moved in the state machine.",
+        required={"from": STR, "to": STR},
+        optional={"reason": STR},
+    ),
+    _e(
+        "agent.run.heartbeat.missed",
+        "The run's lease expired: its worker is gone or stalled.",
+        required={"attempt": INT, "recoveries": INT},
+        optional={"lease_owner": STR, "lease_until": NULLABLE_STR},
+    ),
+    _e(
+        "agent.run.recovered",
+        "The reaper handed the run to a new worker.",
+        required={"step_no": INT, "recoveries": INT},
+    ),
+    _e(
+        "agent.run.cancel.requested",
+        "Someone asked to cancel the run.",
+        required={"by": STR},
+        optional={"reason": STR},
+    ),
+    _e("agent.run.cancelled", "The run ended cancelled.", required=_TERMINAL, optional=_FAILURE),
     _e("agent.run.failed", "The run ended failed.", required=_TERMINAL, optional=_FAILURE),
     _e("agent.run.completed", "The run ended successfully.", required=_TERMINAL),
-    _e("agent.run.timed_out", "The run ran out of time.", required=_TERMINAL,
-       optional=_FAILURE),
-    _e("agent.run.operator_action", "An operator acted on the run from the console.",
-       required={"action": STR, "by": STR}, optional={"outcome": STR, "note": STR}),
-    _e("agent.sandbox.created", "The repository was cloned into the run's sandbox.",
-       required={"base_commit": STR}, optional={"ref": STR, "sandbox": STR}),
-    _e("agent.context.loaded", "The repository map was built for the model.",
-       required={"artifact_id": STR}, optional={"chars": INT}),
-    _e("agent.plan.created", "The model wrote its plan.",
-       required={"artifact_id": STR}, optional={"summary": STR}),
-    _e("agent.model.turn.completed", "A model call answered (response checkpointed).",
-       required={"turn_no": INT, "tokens_in": INT, "tokens_out": INT, "cost_usd": DECIMAL},
-       optional={"step_no": INT, "purpose": STR, "model": STR, "tool_calls": STR_LIST,
-                 "request_artifact_id": STR, "response_artifact_id": STR}),
-    _e("agent.tool.call.requested", "The model asked for a tool call.", required=_TOOL,
-       optional={"arguments": {}}),
-    _e("agent.tool.call.denied", "Policy refused the tool call.", required=_TOOL,
-       optional={"reason": STR}),
+    _e("agent.run.timed_out", "The run ran out of time.", required=_TERMINAL, optional=_FAILURE),
+    _e(
+        "agent.run.operator_action",
+        "An operator acted on the run from the console.",
+        required={"action": STR, "by": STR},
+        optional={"outcome": STR, "note": STR},
+    ),
+    _e(
+        "agent.sandbox.created",
+        "The repository was cloned into the run's sandbox.",
+        required={"base_commit": STR},
+        optional={"ref": STR, "sandbox": STR},
+    ),
+    _e(
+        "agent.context.loaded",
+        "The repository map was built for the model.",
+        required={"artifact_id": STR},
+        optional={"chars": INT},
+    ),
+    _e(
+        "agent.plan.created",
+        "The model wrote its plan.",
+        required={"artifact_id": STR},
+        optional={"summary": STR},
+    ),
+    _e(
+        "agent.model.turn.completed",
+        "A model call answered (response checkpointed).",
+        required={"turn_no": INT, "tokens_in": INT, "tokens_out": INT, "cost_usd": DECIMAL},
+        optional={
+            "step_no": INT,
+            "purpose": STR,
+            "model": STR,
+            "tool_calls": STR_LIST,
+            "request_artifact_id": STR,
+            "response_artifact_id": STR,
+        },
+    ),
+    _e(
+        "agent.tool.call.requested",
+        "The model asked for a tool call.",
+        required=_TOOL,
+        optional={"arguments": {}},
+    ),
+    _e(
+        "agent.tool.call.denied",
+        "Policy refused the tool call.",
+        required=_TOOL,
+        optional={"reason": STR},
+    ),
     _e("agent.tool.call.started", "The tool call started.", required=_TOOL),
-    _e("agent.tool.call.completed", "The tool call finished.", required=_TOOL,
-       optional={"duration_ms": {"type": ["integer", "null"]}, "error": STR}),
-    _e("agent.tool.call.failed", "The tool call failed.", required=_TOOL,
-       optional={"duration_ms": {"type": ["integer", "null"]}, "error": STR}),
-    _e("agent.tool.call.timed_out", "The tool call hit its timeout.", required=_TOOL,
-       optional={"duration_ms": {"type": ["integer", "null"]}, "error": STR}),
+    _e(
+        "agent.tool.call.completed",
+        "The tool call finished.",
+        required=_TOOL,
+        optional={"duration_ms": {"type": ["integer", "null"]}, "error": STR},
+    ),
+    _e(
+        "agent.tool.call.failed",
+        "The tool call failed.",
+        required=_TOOL,
+        optional={"duration_ms": {"type": ["integer", "null"]}, "error": STR},
+    ),
+    _e(
+        "agent.tool.call.timed_out",
+        "The tool call hit its timeout.",
+        required=_TOOL,
+        optional={"duration_ms": {"type": ["integer", "null"]}, "error": STR},
+    ),
     _e("agent.policy.denied", "A policy refused an action.", optional={**_TOOL, "reason": STR}),
-    _e("agent.budget.exhausted", "A budget of the task is spent.",
-       required={"budget": STR}, optional={"used": NUM, "limit": NUM, "reason": STR}),
-    _e("agent.patch.created", "The agent's change was captured as a patch.",
-       required={"patch_id": ID, "sha256": STR},
-       optional={"attempt_no": INT, "files": STR_LIST, "lines_added": INT,
-                 "lines_removed": INT, "artifact_id": NULLABLE_STR}),
-    _e("agent.verification.started", "The repository's tests started on the patch.",
-       required=_VERIFY),
-    _e("agent.verification.passed", "The tests passed.", required=_VERIFY,
-       optional=_VERIFY_RESULT),
-    _e("agent.verification.failed", "The tests failed.", required=_VERIFY,
-       optional=_VERIFY_RESULT),
-    _e("agent.verification.errored", "The tests could not run.", required=_VERIFY,
-       optional=_VERIFY_RESULT),
-    _e("agent.judge.completed", "The judge gave its verdict on the patch.",
-       required={"verdict": STR}, optional={"patch_id": ID, "judge": STR,
-                                              "findings": ANY_LIST}),
-    _e("agent.approval.requested", "The patch waits for a human decision.",
-       required={"patch_sha256": STR}, optional={"patch_id": ID, "expires_at": STR}),
-    _e("agent.approval.approved", "A human approved the patch.",
-       required={"by": STR}, optional={"comment": STR, "patch_sha256": STR}),
-    _e("agent.approval.rejected", "A human rejected the patch.",
-       required={"by": STR}, optional={"comment": STR, "patch_sha256": STR}),
+    _e(
+        "agent.budget.exhausted",
+        "A budget of the task is spent.",
+        required={"budget": STR},
+        optional={"used": NUM, "limit": NUM, "reason": STR},
+    ),
+    _e(
+        "agent.patch.created",
+        "The agent's change was captured as a patch.",
+        required={"patch_id": ID, "sha256": STR},
+        optional={
+            "attempt_no": INT,
+            "files": STR_LIST,
+            "lines_added": INT,
+            "lines_removed": INT,
+            "artifact_id": NULLABLE_STR,
+        },
+    ),
+    _e(
+        "agent.verification.started",
+        "The repository's tests started on the patch.",
+        required=_VERIFY,
+    ),
+    _e("agent.verification.passed", "The tests passed.", required=_VERIFY, optional=_VERIFY_RESULT),
+    _e("agent.verification.failed", "The tests failed.", required=_VERIFY, optional=_VERIFY_RESULT),
+    _e(
+        "agent.verification.errored",
+        "The tests could not run.",
+        required=_VERIFY,
+        optional=_VERIFY_RESULT,
+    ),
+    _e(
+        "agent.judge.completed",
+        "The judge gave its verdict on the patch.",
+        required={"verdict": STR},
+        optional={"patch_id": ID, "judge": STR, "findings": ANY_LIST},
+    ),
+    _e(
+        "agent.approval.requested",
+        "The patch waits for a human decision.",
+        required={"patch_sha256": STR},
+        optional={"patch_id": ID, "expires_at": STR},
+    ),
+    _e(
+        "agent.approval.approved",
+        "A human approved the patch.",
+        required={"by": STR},
+        optional={"comment": STR, "patch_sha256": STR},
+    ),
+    _e(
+        "agent.approval.rejected",
+        "A human rejected the patch.",
+        required={"by": STR},
+        optional={"comment": STR, "patch_sha256": STR},
+    ),
     _e("agent.approval.expired", "Nobody decided in time.", optional={"expired_at": STR}),
-    _e("agent.pr.creation.requested", "The run started opening its pull request.",
-       required={"branch": STR}, optional={"base": STR}),
-    _e("agent.pr.created", "The pull request was opened.", required=_PR,
-       optional={"branch": STR, "head_sha": STR}),
-    _e("agent.pr.updated", "The pull request got new commits or was reopened.", required=_PR,
-       optional={"branch": STR, "head_sha": STR, "state": STR, "by": STR}),
-    _e("agent.pr.creation.failed", "The pull request could not be opened.",
-       optional={"reason": STR, "detail": STR}),
-    _e("agent.pr.skipped", "No pull request (dry run).", required={"reason": STR},
-       optional={"patch_id": ID}),
-    _e("agent.pr.merged", "The pull request was merged.", required=_PR,
-       optional={"state": STR, "by": STR}),
-    _e("agent.pr.closed", "The pull request was closed without merge.", required=_PR,
-       optional={"state": STR, "by": STR}),
-    _e("agent.job.dead_lettered", "A background job exhausted its retries.", SYSTEM,
-       required={"dead_letter_id": STR, "task_name": STR, "exception": STR, "attempts": INT},
-       optional={"recoveries": INT}),
+    _e(
+        "agent.pr.creation.requested",
+        "The run started opening its pull request.",
+        required={"branch": STR},
+        optional={"base": STR},
+    ),
+    _e(
+        "agent.pr.created",
+        "The pull request was opened.",
+        required=_PR,
+        optional={"branch": STR, "head_sha": STR},
+    ),
+    _e(
+        "agent.pr.updated",
+        "The pull request got new commits or was reopened.",
+        required=_PR,
+        optional={"branch": STR, "head_sha": STR, "state": STR, "by": STR},
+    ),
+    _e(
+        "agent.pr.creation.failed",
+        "The pull request could not be opened.",
+        optional={"reason": STR, "detail": STR},
+    ),
+    _e(
+        "agent.pr.skipped",
+        "No pull request (dry run).",
+        required={"reason": STR},
+        optional={"patch_id": ID},
+    ),
+    _e(
+        "agent.pr.merged",
+        "The pull request was merged.",
+        required=_PR,
+        optional={"state": STR, "by": STR},
+    ),
+    _e(
+        "agent.pr.closed",
+        "The pull request was closed without merge.",
+        required=_PR,
+        optional={"state": STR, "by": STR},
+    ),
+    _e(
+        "agent.job.dead_lettered",
+        "A background job exhausted its retries.",
+        SYSTEM,
+        required={"dead_letter_id": STR, "task_name": STR, "exception": STR, "attempts": INT},
+        optional={"recoveries": INT},
+    ),
     _e("agent.webhook.received", "A Git provider webhook was accepted.", SYSTEM),
 ]
 BY_TYPE = {entry.type: entry for entry in CATALOG}
@@ -169,22 +326,37 @@ _ENVELOPE_PROPERTIES: dict[str, Any] = {
     "eventversion": {"type": "string", "description": "Major version of the data schema."},
     "workspaceid": {"type": "string"},
     "taskid": {"type": "string", "format": "uuid"},
-    "runid": {"type": "string", "format": "uuid",
-              "description": "Partition key: events of one run are ordered."},
-    "sequence": {"type": "integer", "minimum": 1,
-                 "description": "Gap-free position in the run's timeline."},
+    "runid": {
+        "type": "string",
+        "format": "uuid",
+        "description": "Partition key: events of one run are ordered.",
+    },
+    "sequence": {
+        "type": "integer",
+        "minimum": 1,
+        "description": "Gap-free position in the run's timeline.",
+    },
     "correlationid": {"type": "string"},
     "causationid": {"type": "string"},
-    "traceparent": {"type": "string",
-                    "pattern": "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"},
+    "traceparent": {
+        "type": "string",
+        "pattern": "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$",
+    },
 }
-_BASE_REQUIRED = ["specversion", "id", "source", "type", "time", "datacontenttype", "data",
-                  "eventversion"]
+_BASE_REQUIRED = [
+    "specversion",
+    "id",
+    "source",
+    "type",
+    "time",
+    "datacontenttype",
+    "data",
+    "eventversion",
+]
 _SCOPE_REQUIRED = {
     SYSTEM: [],
     TASK: ["subject", "workspaceid", "taskid", "correlationid", "traceparent"],
-    RUN: ["subject", "workspaceid", "taskid", "correlationid", "traceparent", "runid",
-          "sequence"],
+    RUN: ["subject", "workspaceid", "taskid", "correlationid", "traceparent", "runid", "sequence"],
 }
 
 
@@ -267,8 +439,7 @@ def asyncapi_document() -> dict[str, Any]:
                     "and partition. Read it with consumer groups (XREADGROUP)."
                 ),
                 "servers": [{"$ref": "#/servers/redis"}],
-                "messages": {name: {"$ref": f"#/components/messages/{name}"}
-                             for name in messages},
+                "messages": {name: {"$ref": f"#/components/messages/{name}"} for name in messages},
             },
             "runWakeups": {
                 "address": "agent.run.{runId}",
@@ -288,8 +459,7 @@ def asyncapi_document() -> dict[str, Any]:
                 "action": "receive",
                 "channel": {"$ref": "#/channels/events"},
                 "summary": "Consume every event of the platform.",
-                "messages": [{"$ref": f"#/channels/events/messages/{name}"}
-                             for name in messages],
+                "messages": [{"$ref": f"#/channels/events/messages/{name}"} for name in messages],
             },
             "receiveRunWakeups": {
                 "action": "receive",
@@ -306,9 +476,12 @@ def asyncapi_document() -> dict[str, Any]:
                     "payload": {
                         "type": "object",
                         "required": ["run_id", "sequence"],
-                        "properties": {"run_id": {"type": "string"},
-                                       "sequence": {"type": ["integer", "null"]},
-                                       "id": {"type": "string"}, "type": {"type": "string"}},
+                        "properties": {
+                            "run_id": {"type": "string"},
+                            "sequence": {"type": ["integer", "null"]},
+                            "id": {"type": "string"},
+                            "type": {"type": "string"},
+                        },
                     },
                 },
             },

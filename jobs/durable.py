@@ -23,8 +23,11 @@ class DurableTask(Task):
         try:
             return super().__call__(*args, **kwargs)
         finally:
-            log.debug("task.finished", task=self.name,
-                      duration_ms=int((time.monotonic() - started) * 1000))
+            log.debug(
+                "task.finished",
+                task=self.name,
+                duration_ms=int((time.monotonic() - started) * 1000),
+            )
 
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         if isinstance(exc, Retry):

@@ -40,9 +40,7 @@ outbox_lag = Gauge(
     "agentplatform_outbox_lag_seconds", "Age of the oldest unpublished outbox event."
 )
 outbox_lag.set_function(_outbox_lag)
-outbox_pending = Gauge(
-    "agentplatform_outbox_pending_events", "Outbox events not yet published."
-)
+outbox_pending = Gauge("agentplatform_outbox_pending_events", "Outbox events not yet published.")
 outbox_pending.set_function(_outbox_pending)
 oldest_lease_age = Gauge(
     "agentplatform_oldest_active_lease_age_seconds",
@@ -61,11 +59,13 @@ relay_publish_seconds = Histogram(
     "agentplatform_outbox_batch_publish_seconds", "Time to publish one claimed batch."
 )
 consumer_events = Counter(
-    "agentplatform_consumer_events_total", "Events handled by in-app consumers.",
+    "agentplatform_consumer_events_total",
+    "Events handled by in-app consumers.",
     ["consumer", "outcome"],
 )
 subscription_deliveries = Counter(
-    "agentplatform_subscription_deliveries_total", "Outgoing HTTP subscription deliveries.",
+    "agentplatform_subscription_deliveries_total",
+    "Outgoing HTTP subscription deliveries.",
     ["outcome"],
 )
 dead_letters = Counter(

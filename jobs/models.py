@@ -35,7 +35,8 @@ class OutboxEvent(models.Model):
             # The relay's head-of-partition test ("no earlier pending row in this
             # partition") only needs pending rows, however long the partition's history.
             models.Index(
-                fields=["partition_key", "id"], condition=Q(published_at__isnull=True),
+                fields=["partition_key", "id"],
+                condition=Q(published_at__isnull=True),
                 name="outbox_pending_partition",
             ),
         ]
@@ -117,8 +118,9 @@ class EventSubscription(models.Model):
 
     class Meta:
         indexes = [
-            models.Index(fields=["workspace"], condition=Q(active=True),
-                         name="subscription_active"),
+            models.Index(
+                fields=["workspace"], condition=Q(active=True), name="subscription_active"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -48,17 +48,28 @@ def zombies_reap(*, limit: int = 100) -> ReapReport:
         )
         for run in expired:
             assert run.lease_until is not None  # the filter above (lease_until__lt) excludes NULL
-            missed = PendingEvent("agent.run.heartbeat.missed", {
-                "lease_owner": run.lease_owner, "lease_until": run.lease_until.isoformat(),
-                "attempt": run.attempt, "recoveries": run.recoveries,
-            })
+            missed = PendingEvent(
+                "agent.run.heartbeat.missed",
+                {
+                    "lease_owner": run.lease_owner,
+                    "lease_until": run.lease_until.isoformat(),
+                    "attempt": run.attempt,
+                    "recoveries": run.recoveries,
+                },
+            )
             if run.recoveries >= settings.RUN_MAX_RECOVERIES:
                 Run.objects.filter(pk=run.pk, attempt=run.attempt).update(
-                    lease_owner="", lease_until=None)
+                    lease_owner="", lease_until=None
+                )
+
                 def fail_unleased(run: Run = run, missed: PendingEvent = missed) -> None:
                     run_end_unleased(
-                        run_id=run.id, target=Run.Status.FAILED, reason="recoveries_exhausted",
-                        detail=f"worker lost {run.recoveries + 1} times", events=[missed])
+                        run_id=run.id,
+                        target=Run.Status.FAILED,
+                        reason="recoveries_exhausted",
+                        detail=f"worker lost {run.recoveries + 1} times",
+                        events=[missed],
+                    )
 
                 transaction.on_commit(fail_unleased)
                 report.failed += 1
@@ -69,19 +80,29 @@ def zombies_reap(*, limit: int = 100) -> ReapReport:
             ).update(lease_owner="", lease_until=None, recoveries=F("recoveries") + 1)
             if not cleared:
                 continue
-            events_record(task=run.task, run=run, events=[
-                missed,
-                PendingEvent("agent.run.recovered", {"step_no": run.step_no,
-                                                      "recoveries": run.recoveries + 1}),
-            ])
+            events_record(
+                task=run.task,
+                run=run,
+                events=[
+                    missed,
+                    PendingEvent(
+                        "agent.run.recovered",
+                        {"step_no": run.step_no, "recoveries": run.recoveries + 1},
+                    ),
+                ],
+            )
             dispatch.run_wake_on_commit(run_id=run.id, step_no=run.step_no, status=run.status)
             report.recovered += 1
     report.redispatched = run_recover_stalled(
         stall_after=timedelta(seconds=settings.RUN_STALL_SECONDS)
     )
     if report.recovered or report.failed or report.redispatched:
-        log.warning("reaper.swept", recovered=report.recovered, failed=report.failed,
-                    redispatched=report.redispatched)
+        log.warning(
+            "reaper.swept",
+            recovered=report.recovered,
+            failed=report.failed,
+            redispatched=report.redispatched,
+        )
     return report
 
 
@@ -89,6 +110,8 @@ def oldest_lease_age_seconds() -> float:
     """Age of the oldest lease held by an active run (a gauge for liveness)."""
     oldest = (
         Run.objects.filter(status__in=ACTIVE, lease_until__isnull=False)
-        .order_by("heartbeat_at").values_list("heartbeat_at", flat=True).first()
+        .order_by("heartbeat_at")
+        .values_list("heartbeat_at", flat=True)
+        .first()
     )
     return (timezone.now() - oldest).total_seconds() if oldest else 0.0

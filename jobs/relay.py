@@ -108,18 +108,29 @@ def stream_publish(rows: list[OutboxEvent]) -> list[Exception | None]:
         return [None] * len(rows)
     pipe = stream_client().pipeline(transaction=False)
     for row in rows:
-        pipe.xadd(settings.EVENT_STREAM_NAME, stream_fields(row),
-                  maxlen=settings.EVENT_STREAM_MAXLEN, approximate=True)
+        pipe.xadd(
+            settings.EVENT_STREAM_NAME,
+            stream_fields(row),
+            maxlen=settings.EVENT_STREAM_MAXLEN,
+            approximate=True,
+        )
         run_id = row.payload.get("runid")
         if run_id:
             # A wake-up, not the event: a live view re-reads the timeline from the
             # database, so a lost message costs latency, never data.
             # Same shape as the on-commit announcement (agentplatform.api.notify), plus
             # the event's id and type; this one also reaches a separate stream Redis.
-            pipe.publish(run_channel(run_id), json.dumps({
-                "run_id": run_id, "sequence": row.payload.get("sequence"),
-                "id": str(row.event_id), "type": row.type,
-            }))
+            pipe.publish(
+                run_channel(run_id),
+                json.dumps(
+                    {
+                        "run_id": run_id,
+                        "sequence": row.payload.get("sequence"),
+                        "id": str(row.event_id),
+                        "type": row.type,
+                    }
+                ),
+            )
     results = pipe.execute(raise_on_error=False)
     per_row: list[Exception | None] = []
     index = 0
@@ -157,14 +168,16 @@ class Deliveries:
         sent = 0
         event_id = str(row.event_id)
         for consumer in consumers_for(row.type):
-            event_consume.apply_async(args=(consumer.name, event_id), queue="events",
-                                      producer=producer)
+            event_consume.apply_async(
+                args=(consumer.name, event_id), queue="events", producer=producer
+            )
             sent += 1
         workspace = row.payload.get("workspaceid")
         for sub in self.subscriptions.get(int(workspace), []) if workspace else []:
             if sub.wants(row.type):
-                subscription_deliver.apply_async(args=(sub.pk, event_id), queue="events",
-                                                 producer=producer)
+                subscription_deliver.apply_async(
+                    args=(sub.pk, event_id), queue="events", producer=producer
+                )
                 sent += 1
         return sent
 
@@ -196,8 +209,9 @@ class BatchReport:
     retry_at: datetime | None = None
 
 
-def outbox_relay_batch(*, limit: int = BATCH_SIZE,
-                       partitions: int = PARTITIONS_PER_BATCH) -> BatchReport:
+def outbox_relay_batch(
+    *, limit: int = BATCH_SIZE, partitions: int = PARTITIONS_PER_BATCH
+) -> BatchReport:
     """Publish one batch of pending events, in order per partition, and mark them.
 
     Claim, publish and mark happen in one transaction: a crash before the commit leaves
@@ -222,15 +236,21 @@ def outbox_relay_batch(*, limit: int = BATCH_SIZE,
         published, failed = _publish(rows)
         if published:
             OutboxEvent.objects.filter(pk__in=[r.pk for r in published]).update(
-                published_at=timezone.now(), attempts=F("attempts") + 1, last_error="")
+                published_at=timezone.now(), attempts=F("attempts") + 1, last_error=""
+            )
         for row, exc in failed:
             attempt = row.attempts + 1
-            delay = backoff_delay(attempt=attempt, base=settings.OUTBOX_RETRY_BASE_SECONDS,
-                                  cap=settings.OUTBOX_RETRY_MAX_SECONDS)
+            delay = backoff_delay(
+                attempt=attempt,
+                base=settings.OUTBOX_RETRY_BASE_SECONDS,
+                cap=settings.OUTBOX_RETRY_MAX_SECONDS,
+            )
             retry_at = timezone.now() + timedelta(seconds=delay)
             OutboxEvent.objects.filter(pk=row.pk).update(
-                attempts=attempt, last_error=f"{type(exc).__name__}: {exc}"[:1000],
-                available_at=retry_at)
+                attempts=attempt,
+                last_error=f"{type(exc).__name__}: {exc}"[:1000],
+                available_at=retry_at,
+            )
             report.retry_at = min(filter(None, [report.retry_at, retry_at]))
         metrics.relay_publish_seconds.observe(time.monotonic() - started)
     report.published = len(published)
@@ -239,8 +259,11 @@ def outbox_relay_batch(*, limit: int = BATCH_SIZE,
         metrics.events_published.inc(len(published))
     if failed:
         metrics.publish_failures.inc(len(failed))
-        log.warning("relay.publish_failed", partitions=len(failed),
-                    error=f"{type(failed[0][1]).__name__}: {failed[0][1]}"[:300])
+        log.warning(
+            "relay.publish_failed",
+            partitions=len(failed),
+            error=f"{type(failed[0][1]).__name__}: {failed[0][1]}"[:300],
+        )
     return report
 
 
@@ -298,7 +321,9 @@ def outbox_lag_seconds() -> float:
     """Age of the oldest pending event; 0 when the outbox is drained."""
     oldest = (
         OutboxEvent.objects.filter(published_at__isnull=True)
-        .order_by("id").values_list("created_at", flat=True).first()
+        .order_by("id")
+        .values_list("created_at", flat=True)
+        .first()
     )
     return max(0.0, (timezone.now() - oldest).total_seconds()) if oldest else 0.0
 

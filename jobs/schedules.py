@@ -38,15 +38,22 @@ def beat_schedules_ensure(*, reset: bool = False) -> list[str]:
     with transaction.atomic():
         for schedule in SCHEDULES:
             interval, _ = IntervalSchedule.objects.get_or_create(
-                every=schedule.every_seconds, period=IntervalSchedule.SECONDS)
-            defaults = {"task": schedule.task, "interval": interval, "queue": "events",
-                        "enabled": True}
+                every=schedule.every_seconds, period=IntervalSchedule.SECONDS
+            )
+            defaults = {
+                "task": schedule.task,
+                "interval": interval,
+                "queue": "events",
+                "enabled": True,
+            }
             if reset:
                 _, was_created = PeriodicTask.objects.update_or_create(
-                    name=schedule.name, defaults=defaults)
+                    name=schedule.name, defaults=defaults
+                )
             else:
                 _, was_created = PeriodicTask.objects.get_or_create(
-                    name=schedule.name, defaults=defaults)
+                    name=schedule.name, defaults=defaults
+                )
             if was_created:
                 created.append(schedule.name)
     return created

@@ -12,8 +12,16 @@ from jobs.models import DeadLetter
 
 
 def dead_letter_record(
-    *, task_name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], queue: str,
-    exception: str, traceback: str, attempts: int, recoveries: int = 0,
+    *,
+    task_name: str,
+    task_id: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    queue: str,
+    exception: str,
+    traceback: str,
+    attempts: int,
+    recoveries: int = 0,
 ) -> DeadLetter:
     """Record a job that exhausted its retries (or failed for good), and say so as an event.
 
@@ -36,26 +44,35 @@ def dead_letter_record(
             run = Run.objects.select_related("task").filter(pk=args[0]).first()
             if run is not None:
                 letter.recoveries = max(recoveries, run.recoveries)
-        data = {"dead_letter_id": str(letter.id), "task_name": task_name,
-                "exception": exception[:500], "attempts": attempts,
-                "recoveries": letter.recoveries}
+        data = {
+            "dead_letter_id": str(letter.id),
+            "task_name": task_name,
+            "exception": exception[:500],
+            "attempts": attempts,
+            "recoveries": letter.recoveries,
+        }
         if run is not None:
             letter.workspace_id = run.task.workspace_id
             letter.save()
-            events_record(task=run.task, run=run,
-                          events=[PendingEvent("agent.job.dead_lettered", data)])
+            events_record(
+                task=run.task, run=run, events=[PendingEvent("agent.job.dead_lettered", data)]
+            )
         else:
             letter.workspace_id = _workspace_of_event_job(task_name, args)
             letter.save()
-            system_event_record(type="agent.job.dead_lettered", data=data,
-                                partition_key=f"job:{task_name}",
-                                workspace_id=letter.workspace_id)
+            system_event_record(
+                type="agent.job.dead_lettered",
+                data=data,
+                partition_key=f"job:{task_name}",
+                workspace_id=letter.workspace_id,
+            )
     log.error("job.dead_lettered", task=task_name, task_id=task_id, exception=exception[:300])
     if run is not None:
         from runs.engine import run_end_unleased
 
-        run_end_unleased(run_id=run.id, target=Run.Status.FAILED, reason="step_error",
-                         detail=exception)
+        run_end_unleased(
+            run_id=run.id, target=Run.Status.FAILED, reason="step_error", detail=exception
+        )
     return letter
 
 
@@ -85,15 +102,21 @@ def dead_letter_requeue(*, letter: DeadLetter, by: str) -> bool:
             status=DeadLetter.Status.REQUEUED, resolved_at=timezone.now(), resolved_by=by
         )
         if updated:
-            transaction.on_commit(lambda: app.send_task(
-                letter.task_name, args=letter.args, kwargs=letter.kwargs,
-                queue=letter.queue or None,
-            ))
+            transaction.on_commit(
+                lambda: app.send_task(
+                    letter.task_name,
+                    args=letter.args,
+                    kwargs=letter.kwargs,
+                    queue=letter.queue or None,
+                )
+            )
     return bool(updated)
 
 
 def dead_letter_discard(*, letter: DeadLetter, by: str) -> bool:
     """Close the letter without running the job again; False if it is not open."""
-    return bool(DeadLetter.objects.filter(pk=letter.pk, status=DeadLetter.Status.OPEN).update(
-        status=DeadLetter.Status.DISCARDED, resolved_at=timezone.now(), resolved_by=by
-    ))
+    return bool(
+        DeadLetter.objects.filter(pk=letter.pk, status=DeadLetter.Status.OPEN).update(
+            status=DeadLetter.Status.DISCARDED, resolved_at=timezone.now(), resolved_by=by
+        )
+    )

@@ -59,8 +59,9 @@ def subscription_deliver(*, subscription_id: int, event_id: str) -> str:
         "X-Agentplatform-Delivery": event_id,
     }
     try:
-        response = httpx.post(sub.url, content=body, headers=headers,
-                              timeout=settings.SUBSCRIPTION_TIMEOUT_SECONDS)
+        response = httpx.post(
+            sub.url, content=body, headers=headers, timeout=settings.SUBSCRIPTION_TIMEOUT_SECONDS
+        )
     except httpx.HTTPError as exc:
         metrics.subscription_deliveries.labels("failed").inc()
         raise DeliveryFailed(f"{type(exc).__name__}: {exc}") from exc

@@ -26,8 +26,9 @@ def outbox_relay() -> int:
     return report.published
 
 
-@shared_task(name="jobs.event_consume", base=DurableTask, bind=True, ignore_result=True,
-             max_retries=None)
+@shared_task(
+    name="jobs.event_consume", base=DurableTask, bind=True, ignore_result=True, max_retries=None
+)
 def event_consume(self: DurableTask, consumer: str, event_id: str) -> str:
     """One in-app consumer handles one event (once, however often this message comes)."""
     from jobs.consumers import PermanentConsumerError
@@ -41,13 +42,23 @@ def event_consume(self: DurableTask, consumer: str, event_id: str) -> str:
         retries = self.request.retries
         if retries >= settings.EVENT_CONSUMER_MAX_RETRIES:
             raise
-        raise self.retry(exc=exc, countdown=backoff_delay(
-            attempt=retries + 1, base=settings.EVENT_CONSUMER_RETRY_BASE_SECONDS, cap=600.0,
-        )) from exc
+        raise self.retry(
+            exc=exc,
+            countdown=backoff_delay(
+                attempt=retries + 1,
+                base=settings.EVENT_CONSUMER_RETRY_BASE_SECONDS,
+                cap=600.0,
+            ),
+        ) from exc
 
 
-@shared_task(name="jobs.subscription_deliver", base=DurableTask, bind=True,
-             ignore_result=True, max_retries=None)
+@shared_task(
+    name="jobs.subscription_deliver",
+    base=DurableTask,
+    bind=True,
+    ignore_result=True,
+    max_retries=None,
+)
 def subscription_deliver(self: DurableTask, subscription_id: int, event_id: str) -> str:
     """POST one event to one HTTP subscription; retried with backoff, then dead-lettered."""
     from jobs.consumers import PermanentConsumerError
@@ -61,9 +72,14 @@ def subscription_deliver(self: DurableTask, subscription_id: int, event_id: str)
         retries = self.request.retries
         if retries + 1 >= settings.SUBSCRIPTION_MAX_ATTEMPTS:
             raise
-        raise self.retry(exc=exc, countdown=backoff_delay(
-            attempt=retries + 1, base=settings.SUBSCRIPTION_RETRY_BASE_SECONDS, cap=3600.0,
-        )) from exc
+        raise self.retry(
+            exc=exc,
+            countdown=backoff_delay(
+                attempt=retries + 1,
+                base=settings.SUBSCRIPTION_RETRY_BASE_SECONDS,
+                cap=3600.0,
+            ),
+        ) from exc
 
 
 @shared_task(name="jobs.zombies_reap", base=DurableTask, ignore_result=True)
@@ -71,8 +87,11 @@ def zombies_reap() -> dict[str, int]:
     from jobs.reaper import zombies_reap as reap
 
     report = reap()
-    return {"recovered": report.recovered, "failed": report.failed,
-            "redispatched": report.redispatched}
+    return {
+        "recovered": report.recovered,
+        "failed": report.failed,
+        "redispatched": report.redispatched,
+    }
 
 
 @shared_task(name="jobs.approvals_expire", base=DurableTask, ignore_result=True)

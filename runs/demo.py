@@ -9,9 +9,7 @@ from typing import Any
 
 SAMPLE_FILES = {
     "README.md": "# calc\n\nA tiny calculator package.\n",
-    "calc/__init__.py": (
-        'from calc.core import add, multiply\n\n__all__ = ["add", "multiply"]\n'
-    ),
+    "calc/__init__.py": ('from calc.core import add, multiply\n\n__all__ = ["add", "multiply"]\n'),
     "calc/core.py": (
         '"""Arithmetic."""\n\n\n'
         "def add(a: int, b: int) -> int:\n"
@@ -33,8 +31,10 @@ SAMPLE_FILES = {
 }
 
 GIT_ENV = {
-    "GIT_AUTHOR_NAME": "demo", "GIT_AUTHOR_EMAIL": "demo@example.invalid",
-    "GIT_COMMITTER_NAME": "demo", "GIT_COMMITTER_EMAIL": "demo@example.invalid",
+    "GIT_AUTHOR_NAME": "demo",
+    "GIT_AUTHOR_EMAIL": "demo@example.invalid",
+    "GIT_COMMITTER_NAME": "demo",
+    "GIT_COMMITTER_EMAIL": "demo@example.invalid",
     "PATH": "/usr/local/bin:/usr/bin:/bin",
 }
 
@@ -73,18 +73,44 @@ def fix_script(python: str = sys.executable) -> dict[str, Any]:
     return {
         "plan": "1. Look at calc/core.py. 2. Fix add(). 3. Run the tests. 4. Finish.",
         "turns": [
-            {"content": "Listing the repository.",
-             "tool_calls": [{"name": "list_files", "arguments": {"path": "."}}]},
-            {"content": "Reading the implementation.",
-             "tool_calls": [{"name": "read_file", "arguments": {"path": "calc/core.py"}}]},
-            {"content": "add() subtracts; it must add.",
-             "tool_calls": [{"name": "replace_text", "arguments": {
-                 "path": "calc/core.py", "old": "return a - b", "new": "return a + b"}}]},
-            {"content": "Running the tests.",
-             "tool_calls": [{"name": "run_command", "arguments": {
-                 "command": f"{python} -m unittest discover -s tests -q"}}]},
-            {"content": "Done.",
-             "tool_calls": [{"name": "finish", "arguments": {
-                 "summary": "add() now returns a + b; the tests pass."}}]},
+            {
+                "content": "Listing the repository.",
+                "tool_calls": [{"name": "list_files", "arguments": {"path": "."}}],
+            },
+            {
+                "content": "Reading the implementation.",
+                "tool_calls": [{"name": "read_file", "arguments": {"path": "calc/core.py"}}],
+            },
+            {
+                "content": "add() subtracts; it must add.",
+                "tool_calls": [
+                    {
+                        "name": "replace_text",
+                        "arguments": {
+                            "path": "calc/core.py",
+                            "old": "return a - b",
+                            "new": "return a + b",
+                        },
+                    }
+                ],
+            },
+            {
+                "content": "Running the tests.",
+                "tool_calls": [
+                    {
+                        "name": "run_command",
+                        "arguments": {"command": f"{python} -m unittest discover -s tests -q"},
+                    }
+                ],
+            },
+            {
+                "content": "Done.",
+                "tool_calls": [
+                    {
+                        "name": "finish",
+                        "arguments": {"summary": "add() now returns a + b; the tests pass."},
+                    }
+                ],
+            },
         ],
     }

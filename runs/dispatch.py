@@ -15,9 +15,7 @@ def run_wake(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None
     """Send the message that makes a worker take step ``step_no`` of the run."""
     from runs.tasks import run_step
 
-    run_step.apply_async(
-        args=(str(run_id), step_no), queue=QUEUE_FOR_STATUS.get(status, "agent")
-    )
+    run_step.apply_async(args=(str(run_id), step_no), queue=QUEUE_FOR_STATUS.get(status, "agent"))
 
 
 def run_wake_on_commit(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:

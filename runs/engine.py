@@ -357,7 +357,10 @@ def step_commit(ctx: StepContext, outcome: Outcome) -> str:
         for action in ctx._after_commit:
             transaction.on_commit(action)
     log.info(
-        "step.committed", run_id=str(run.id), step_no=lease.step_no, source=source,
+        "step.committed",
+        run_id=str(run.id),
+        step_no=lease.step_no,
+        source=source,
         target=target or source,
     )
     return target or source
@@ -414,7 +417,11 @@ def run_drive_inline(*, run_id: uuid.UUID | str, max_steps: int = 500) -> Run:
 
 
 def run_end_unleased(
-    *, run_id: uuid.UUID | str, target: str, reason: str, detail: str = "",
+    *,
+    run_id: uuid.UUID | str,
+    target: str,
+    reason: str,
+    detail: str = "",
     events: list[PendingEvent] | None = None,
 ) -> bool:
     """End a run that no worker holds (reaper, cancelling an idle run). False if raced."""
@@ -444,9 +451,11 @@ def run_end_unleased(
         )
         ctx = StepContext(run, Lease(run.id, "", run.attempt, run.step_no))
         pending = list(events or [])
-        pending.append(PendingEvent(
-            "agent.run.status.changed", {"from": source, "to": target, "reason": reason}
-        ))
+        pending.append(
+            PendingEvent(
+                "agent.run.status.changed", {"from": source, "to": target, "reason": reason}
+            )
+        )
         pending.extend(
             _terminal_events(ctx, target, Outcome(to=target, reason=reason, detail=detail))
         )

@@ -86,16 +86,16 @@ def _run_start(*, task: Task, feedback: str = "", actor: str = "") -> Run:
     """Create the task's next run and its first events; dispatch on commit."""
     run_no = (task.runs.aggregate(n=Max("run_no"))["n"] or 0) + 1
     run = Run.objects.create(task=task, run_no=run_no, feedback=feedback)
-    Task.objects.filter(pk=task.pk).update(status=Task.Status.RUNNING, status_reason="",
-                                           updated_at=timezone.now())
+    Task.objects.filter(pk=task.pk).update(
+        status=Task.Status.RUNNING, status_reason="", updated_at=timezone.now()
+    )
     task.status = Task.Status.RUNNING
     events_record(
         task=task,
         run=run,
         events=[
             PendingEvent("agent.task.accepted", {"run_no": run_no}, actor),
-            PendingEvent("agent.run.queued", {"run_no": run_no, "followup": bool(feedback)},
-                         actor),
+            PendingEvent("agent.run.queued", {"run_no": run_no, "followup": bool(feedback)}, actor),
         ],
     )
     dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
@@ -128,12 +128,19 @@ def task_submit(
         raise CommandRefused("repository_not_in_workspace", "repository is not in this workspace")
     if not instruction.strip():
         raise CommandRefused("instruction_empty", "instruction must not be empty")
-    fingerprint = request_fingerprint({
-        "repository": repository.pk, "instruction": instruction,
-        "execution_mode": execution_mode, "risk_level": risk_level, "task_type": task_type,
-        "target_branch": target_branch, "priority": priority, "budget": budget or {},
-        "model_options": model_options or {},
-    })
+    fingerprint = request_fingerprint(
+        {
+            "repository": repository.pk,
+            "instruction": instruction,
+            "execution_mode": execution_mode,
+            "risk_level": risk_level,
+            "task_type": task_type,
+            "target_branch": target_branch,
+            "priority": priority,
+            "budget": budget or {},
+            "model_options": model_options or {},
+        }
+    )
     if idempotency_key:
         existing = _idempotent_replay(workspace, idempotency_key, fingerprint)
         if existing is not None:
@@ -142,36 +149,58 @@ def task_submit(
         with transaction.atomic():
             ws = _lock_workspace(workspace.pk)
             task = Task.objects.create(
-                workspace=ws, repository=repository, instruction=instruction, source=source,
-                requested_by=requested_by, idempotency_key=idempotency_key or None,
-                request_fingerprint=fingerprint, execution_mode=execution_mode,
-                risk_level=risk_level, task_type=task_type, target_branch=target_branch,
-                priority=priority, budget=budget or {}, model_options=model_options or {},
+                workspace=ws,
+                repository=repository,
+                instruction=instruction,
+                source=source,
+                requested_by=requested_by,
+                idempotency_key=idempotency_key or None,
+                request_fingerprint=fingerprint,
+                execution_mode=execution_mode,
+                risk_level=risk_level,
+                task_type=task_type,
+                target_branch=target_branch,
+                priority=priority,
+                budget=budget or {},
+                model_options=model_options or {},
                 source_ref=source_ref or {},
             )
-            submitted = {"repository": repository.name, "source": source,
-                         "execution_mode": execution_mode, "requested_by": requested_by}
+            submitted = {
+                "repository": repository.name,
+                "source": source,
+                "execution_mode": execution_mode,
+                "requested_by": requested_by,
+            }
             refusal = admission_check(workspace=ws, repository=repository)
             if refusal is not None:
                 task.status = Task.Status.DEFERRED
                 task.status_reason = refusal
                 task.save(update_fields=["status", "status_reason"])
-                events_record(task=task, run=None, events=[
-                    PendingEvent("agent.task.submitted", submitted, requested_by),
-                    PendingEvent("agent.task.deferred", {"reason": refusal}, requested_by),
-                ])
+                events_record(
+                    task=task,
+                    run=None,
+                    events=[
+                        PendingEvent("agent.task.submitted", submitted, requested_by),
+                        PendingEvent("agent.task.deferred", {"reason": refusal}, requested_by),
+                    ],
+                )
                 return Submission(task=task, run=None, created=True)
             run_no = 1
             run = Run.objects.create(task=task, run_no=run_no)
             task.status = Task.Status.RUNNING
             task.save(update_fields=["status"])
-            events_record(task=task, run=run, events=[
-                PendingEvent("agent.task.submitted", submitted, requested_by),
-                PendingEvent("agent.task.accepted", {"run_no": run_no}, requested_by),
-                PendingEvent("agent.task.queued", {"run_no": run_no}, requested_by),
-                PendingEvent("agent.run.queued", {"run_no": run_no, "followup": False},
-                             requested_by),
-            ])
+            events_record(
+                task=task,
+                run=run,
+                events=[
+                    PendingEvent("agent.task.submitted", submitted, requested_by),
+                    PendingEvent("agent.task.accepted", {"run_no": run_no}, requested_by),
+                    PendingEvent("agent.task.queued", {"run_no": run_no}, requested_by),
+                    PendingEvent(
+                        "agent.run.queued", {"run_no": run_no, "followup": False}, requested_by
+                    ),
+                ],
+            )
             dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
             return Submission(task=task, run=run, created=True)
     except IntegrityError:
@@ -227,14 +256,19 @@ def run_cancel_request(*, run: Run, by: str, reason: str = "") -> bool:
             return False
         if locked.cancel_requested_at is None:
             Run.objects.filter(pk=run.pk).update(
-                cancel_requested_at=timezone.now(), cancel_requested_by=by,
+                cancel_requested_at=timezone.now(),
+                cancel_requested_by=by,
                 cancel_reason=reason[:500],
             )
-            event_record(task=locked.task, run=locked, type="agent.run.cancel.requested",
-                         data={"by": by, "reason": reason}, actor=by)
+            event_record(
+                task=locked.task,
+                run=locked,
+                type="agent.run.cancel.requested",
+                data={"by": by, "reason": reason},
+                actor=by,
+            )
         # A run that no worker holds (queued, awaiting approval) needs a wake-up to end.
-        dispatch.run_wake_on_commit(run_id=locked.id, step_no=locked.step_no,
-                                    status=locked.status)
+        dispatch.run_wake_on_commit(run_id=locked.id, step_no=locked.step_no, status=locked.status)
     return True
 
 
@@ -242,10 +276,14 @@ def _approval_decide(*, run: Run, by: str, status: str, comment: str) -> Approva
     with transaction.atomic():
         locked = Run.objects.select_for_update().select_related("task").get(pk=run.pk)
         if locked.status != Run.Status.AWAITING_APPROVAL:
-            raise CommandRefused("not_awaiting_approval",
-                                 f"run is {locked.status}, not awaiting approval")
-        approval = Approval.objects.select_for_update().filter(
-            run=locked, status=Approval.Status.PENDING).first()
+            raise CommandRefused(
+                "not_awaiting_approval", f"run is {locked.status}, not awaiting approval"
+            )
+        approval = (
+            Approval.objects.select_for_update()
+            .filter(run=locked, status=Approval.Status.PENDING)
+            .first()
+        )
         if approval is None:
             raise CommandRefused("no_pending_approval", "run has no pending approval")
         approval.status = status
@@ -253,11 +291,14 @@ def _approval_decide(*, run: Run, by: str, status: str, comment: str) -> Approva
         approval.decided_by = by
         approval.comment = comment
         approval.save(update_fields=["status", "decided_at", "decided_by", "comment"])
-        event_record(task=locked.task, run=locked, type=f"agent.approval.{status}",
-                     data={"by": by, "comment": comment, "patch_sha256": approval.patch_sha256},
-                     actor=by)
-        dispatch.run_wake_on_commit(run_id=locked.id, step_no=locked.step_no,
-                                    status=locked.status)
+        event_record(
+            task=locked.task,
+            run=locked,
+            type=f"agent.approval.{status}",
+            data={"by": by, "comment": comment, "patch_sha256": approval.patch_sha256},
+            actor=by,
+        )
+        dispatch.run_wake_on_commit(run_id=locked.id, step_no=locked.step_no, status=locked.status)
     return approval
 
 
@@ -280,8 +321,10 @@ def approvals_expire(*, now: Any = None) -> int:
     ).values_list("pk", flat=True)[:200]:
         with transaction.atomic():
             approval = (
-                Approval.objects.select_for_update().select_related("run__task")
-                .filter(pk=approval_id, status=Approval.Status.PENDING).first()
+                Approval.objects.select_for_update()
+                .select_related("run__task")
+                .filter(pk=approval_id, status=Approval.Status.PENDING)
+                .first()
             )
             if approval is None:
                 continue
@@ -289,8 +332,12 @@ def approvals_expire(*, now: Any = None) -> int:
             approval.decided_at = now
             approval.save(update_fields=["status", "decided_at"])
             run = approval.run
-            event_record(task=run.task, run=run, type="agent.approval.expired",
-                         data={"expired_at": approval.expires_at.isoformat()})
+            event_record(
+                task=run.task,
+                run=run,
+                type="agent.approval.expired",
+                data={"expired_at": approval.expires_at.isoformat()},
+            )
             dispatch.run_wake_on_commit(run_id=run.id, step_no=run.step_no, status=run.status)
             expired += 1
     return expired
@@ -341,7 +388,9 @@ def run_recover_stalled(*, stall_after: timedelta) -> int:
     stalled = Run.objects.filter(
         status__in=STEPPABLE, lease_until__isnull=True, heartbeat_at__lt=cutoff
     ) | Run.objects.filter(
-        status__in=STEPPABLE, lease_until__isnull=True, heartbeat_at__isnull=True,
+        status__in=STEPPABLE,
+        lease_until__isnull=True,
+        heartbeat_at__isnull=True,
         created_at__lt=cutoff,
     )
     count = 0

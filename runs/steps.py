@@ -93,8 +93,10 @@ def step_preparing(ctx: StepContext) -> Outcome:
     except SandboxError as exc:
         raise StepFailed("clone_failed", str(exc)) from exc
     ctx.checkpoint.update({"diff": "", "attempt_no": 1, "act_turns": 0, "messages": []})
-    ctx.emit("agent.sandbox.created", {"base_commit": sha, "ref": start_ref,
-                                       "sandbox": sandbox.path.name})
+    ctx.emit(
+        "agent.sandbox.created",
+        {"base_commit": sha, "ref": start_ref, "sandbox": sandbox.path.name},
+    )
     return Outcome(to=S.CONTEXT_LOADING, fields={"base_commit": sha, "branch": branch})
 
 
@@ -159,8 +161,10 @@ def _restore(ctx: StepContext) -> LocalSandbox:
 
 def _short(arguments: dict[str, Any]) -> dict[str, Any]:
     """Tool arguments fit for an event: long strings cut, secrets redacted."""
-    return {k: redact(v[:200] + "…" if len(v) > 200 else v) if isinstance(v, str) else v
-            for k, v in arguments.items()}
+    return {
+        k: redact(v[:200] + "…" if len(v) > 200 else v) if isinstance(v, str) else v
+        for k, v in arguments.items()
+    }
 
 
 def _toolbox(ctx: StepContext, sandbox: LocalSandbox) -> Toolbox:
@@ -189,8 +193,12 @@ def _tool_call_run(
     ctx.check_cancelled()
     keys = {"run": ctx.run, "step_no": ctx.step_no, "turn_no": turn_no, "call_id": call_id}
     existing = ToolCall.objects.filter(**keys).first()
-    base = {"tool_call_id": call_id, "tool": request.name, "turn_no": turn_no,
-            "step_no": ctx.step_no}
+    base = {
+        "tool_call_id": call_id,
+        "tool": request.name,
+        "turn_no": turn_no,
+        "step_no": ctx.step_no,
+    }
     try:
         toolbox.check(request.name, request.arguments)
         denial = ""
@@ -199,15 +207,20 @@ def _tool_call_run(
     if existing is None:
         with ctx.fenced():
             ToolCall.objects.create(
-                **keys, tool=request.name[:64], arguments=request.arguments,
+                **keys,
+                tool=request.name[:64],
+                arguments=request.arguments,
                 status=ToolCall.Status.DENIED if denial else ToolCall.Status.STARTED,
-                error=denial, finished_at=timezone.now() if denial else None,
+                error=denial,
+                finished_at=timezone.now() if denial else None,
             )
             ctx.emit("agent.tool.call.requested", {**base, "arguments": _short(request.arguments)})
             if denial:
                 ctx.emit("agent.tool.call.denied", {**base, "reason": denial})
-                ctx.emit("agent.policy.denied", {**base, "reason": denial,
-                                                 "arguments": _short(request.arguments)})
+                ctx.emit(
+                    "agent.policy.denied",
+                    {**base, "reason": denial, "arguments": _short(request.arguments)},
+                )
             else:
                 ctx.emit("agent.tool.call.started", base)
     if denial:
@@ -219,7 +232,8 @@ def _tool_call_run(
         # The command's process group is already gone; say so before the run ends.
         with ctx.fenced():
             ToolCall.objects.filter(**keys).update(
-                status=ToolCall.Status.FAILED, error="stopped: run cancelled",
+                status=ToolCall.Status.FAILED,
+                error="stopped: run cancelled",
                 duration_ms=int((time.monotonic() - started) * 1000),
                 finished_at=timezone.now(),
             )
@@ -229,15 +243,22 @@ def _tool_call_run(
     report = existing is None or existing.status == ToolCall.Status.STARTED
     with ctx.fenced():
         ToolCall.objects.filter(**keys).update(
-            status=result.status, result={"output": redact(result.output[:4000]), **result.data},
+            status=result.status,
+            result={"output": redact(result.output[:4000]), **result.data},
             error="" if result.status == "completed" else redact(result.output[:1000]),
-            duration_ms=duration_ms, finished_at=timezone.now(),
+            duration_ms=duration_ms,
+            finished_at=timezone.now(),
         )
         if report:
-            ctx.emit(f"agent.tool.call.{result.status}", {
-                **base, "duration_ms": duration_ms, **result.data,
-                "error": "" if result.status == "completed" else redact(result.output[-300:]),
-            })
+            ctx.emit(
+                f"agent.tool.call.{result.status}",
+                {
+                    **base,
+                    "duration_ms": duration_ms,
+                    **result.data,
+                    "error": "" if result.status == "completed" else redact(result.output[-300:]),
+                },
+            )
     return result.output, result.finished
 
 
@@ -271,31 +292,42 @@ def step_running(ctx: StepContext) -> Outcome:
         if finished:
             break
         reply = turn_obtain(
-            ctx, turn_no=turn_no, purpose="act", messages=messages, tools=TOOL_SCHEMAS,
+            ctx,
+            turn_no=turn_no,
+            purpose="act",
+            messages=messages,
+            tools=TOOL_SCHEMAS,
             turn_index=act_turns,
         )
         act_turns += 1
         call_ids = _call_ids(turn_no, reply.tool_calls)
-        messages.append({
-            "role": "assistant",
-            "content": reply.content,
-            "tool_calls": [
-                {"id": call_id, "type": "function",
-                 "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-                for call_id, c in zip(call_ids, reply.tool_calls, strict=True)
-            ],
-        })
+        messages.append(
+            {
+                "role": "assistant",
+                "content": reply.content,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                    }
+                    for call_id, c in zip(call_ids, reply.tool_calls, strict=True)
+                ],
+            }
+        )
         if not reply.tool_calls:
             messages.append({"role": "user", "content": "Use a tool, or call finish."})
         for call_id, request in zip(call_ids, reply.tool_calls, strict=True):
-            output, done = _tool_call_run(ctx, toolbox, turn_no=turn_no, call_id=call_id,
-                                          request=request)
+            output, done = _tool_call_run(
+                ctx, toolbox, turn_no=turn_no, call_id=call_id, request=request
+            )
             messages.append({"role": "tool", "tool_call_id": call_id, "content": output[:8000]})
             finished = finished or done
         if any(c.name in MUTATING_TOOLS for c in reply.tool_calls):
             ctx.checkpoint["diff"] = workspace_diff(sandbox, ctx.run.base_commit).text
         ctx.checkpoint.update(
-            messages=messages, act_turns=act_turns,
+            messages=messages,
+            act_turns=act_turns,
             progress={"step_no": ctx.step_no, "turn_no": turn_no, "finished": finished},
         )
         with ctx.fenced():
@@ -316,18 +348,34 @@ def _patch_record(ctx: StepContext, sandbox: LocalSandbox) -> Outcome:
     patch = Patch.objects.filter(run=ctx.run, attempt_no=attempt_no).first()
     if patch is None:
         with ctx.fenced():
-            artifact = artifact_create(run=ctx.run, kind="diff", name=f"patch {attempt_no}",
-                                       content=diff.text, content_type="text/x-diff")
+            artifact = artifact_create(
+                run=ctx.run,
+                kind="diff",
+                name=f"patch {attempt_no}",
+                content=diff.text,
+                content_type="text/x-diff",
+            )
             patch = Patch.objects.create(
-                run=ctx.run, attempt_no=attempt_no, diff_sha256=diff.sha256,
-                diff_artifact=artifact, files_changed=diff.files, lines_added=diff.added,
+                run=ctx.run,
+                attempt_no=attempt_no,
+                diff_sha256=diff.sha256,
+                diff_artifact=artifact,
+                files_changed=diff.files,
+                lines_added=diff.added,
                 lines_removed=diff.removed,
             )
-            ctx.emit("agent.patch.created", {
-                "patch_id": patch.id, "attempt_no": attempt_no, "sha256": patch.diff_sha256,
-                "files": patch.files_changed, "lines_added": patch.lines_added,
-                "lines_removed": patch.lines_removed, "artifact_id": str(artifact.id),
-            })
+            ctx.emit(
+                "agent.patch.created",
+                {
+                    "patch_id": patch.id,
+                    "attempt_no": attempt_no,
+                    "sha256": patch.diff_sha256,
+                    "files": patch.files_changed,
+                    "lines_added": patch.lines_added,
+                    "lines_removed": patch.lines_removed,
+                    "artifact_id": str(artifact.id),
+                },
+            )
     ctx.checkpoint["patch_id"] = patch.id
     return Outcome(to=S.VERIFYING)
 
@@ -341,7 +389,8 @@ def _retry_with_feedback(ctx: StepContext, *, reason: str, feedback: str) -> Out
     used = budget_used(task=ctx.task, run=ctx.run, name="agent_attempts")
     if used + 1 > limit:
         raise budget_exhausted(
-            ctx, Spent("agent_attempts", used, limit),
+            ctx,
+            Spent("agent_attempts", used, limit),
             detail=f"{reason} after {used:g} of {limit:g} attempts",
         )
     ctx.checkpoint["attempt_no"] = int(ctx.checkpoint.get("attempt_no", 1)) + 1
@@ -349,9 +398,14 @@ def _retry_with_feedback(ctx: StepContext, *, reason: str, feedback: str) -> Out
     messages.append({"role": "user", "content": feedback})
     ctx.checkpoint["messages"] = messages
     ctx.checkpoint.pop("progress", None)
-    ctx.emit("agent.feedback.sent", {"reason": reason,
-                                     "attempt_no": ctx.checkpoint["attempt_no"],
-                                     "summary": redact(feedback[:500])})
+    ctx.emit(
+        "agent.feedback.sent",
+        {
+            "reason": reason,
+            "attempt_no": ctx.checkpoint["attempt_no"],
+            "summary": redact(feedback[:500]),
+        },
+    )
     return Outcome(to=S.RUNNING, reason=reason)
 
 
@@ -359,8 +413,9 @@ def step_verifying(ctx: StepContext) -> Outcome:
     """Run the repository's test command on exactly the patch; categorise the outcome."""
     patch = Patch.objects.get(pk=ctx.checkpoint["patch_id"])
     command = ctx.repository.test_command
-    existing = VerificationAttempt.objects.filter(run=ctx.run, patch=patch,
-                                                  verifier="test_command").first()
+    existing = VerificationAttempt.objects.filter(
+        run=ctx.run, patch=patch, verifier="test_command"
+    ).first()
     data = {"patch_id": patch.id, "command": command, "attempt_no": patch.attempt_no}
     if existing is None:
         sandbox = _restore(ctx)
@@ -368,32 +423,47 @@ def step_verifying(ctx: StepContext) -> Outcome:
         with ctx.fenced():
             ctx.emit("agent.verification.started", data)
         try:
-            result = sandbox.run(command, timeout=settings.COMMAND_TIMEOUT_SECONDS,
-                                 should_stop=ctx.should_stop)
+            result = sandbox.run(
+                command, timeout=settings.COMMAND_TIMEOUT_SECONDS, should_stop=ctx.should_stop
+            )
         except CommandCancelled as exc:
             raise RunCancelled() from exc
         outcome = verification_classify(result)
         summary = verification_summary(result.output)
-        log = artifact_create(run=ctx.run, kind="log", name=f"verification {patch.attempt_no}",
-                              content=result.output)
+        log = artifact_create(
+            run=ctx.run, kind="log", name=f"verification {patch.attempt_no}", content=result.output
+        )
         existing = VerificationAttempt(
-            run=ctx.run, patch=patch, verifier="test_command", command=command,
-            outcome=outcome, exit_code=result.exit_code, duration_ms=result.duration_ms,
-            summary=redact(summary), log_artifact=log,
+            run=ctx.run,
+            patch=patch,
+            verifier="test_command",
+            command=command,
+            outcome=outcome,
+            exit_code=result.exit_code,
+            duration_ms=result.duration_ms,
+            summary=redact(summary),
+            log_artifact=log,
         )
         ctx.write_on_commit(existing.save)
-    result_data = {**data, "outcome": existing.outcome, "exit_code": existing.exit_code,
-                   "duration_ms": existing.duration_ms,
-                   "log_artifact_id": str(existing.log_artifact_id)}
+    result_data = {
+        **data,
+        "outcome": existing.outcome,
+        "exit_code": existing.exit_code,
+        "duration_ms": existing.duration_ms,
+        "log_artifact_id": str(existing.log_artifact_id),
+    }
     if existing.outcome == VerificationAttempt.Outcome.PASSED:
         ctx.emit("agent.verification.passed", result_data)
         return Outcome(to=S.JUDGING)
     kind = "errored" if existing.outcome == VerificationAttempt.Outcome.ERRORED else "failed"
     ctx.emit(f"agent.verification.{kind}", result_data)
     return _retry_with_feedback(
-        ctx, reason=f"verification_{existing.outcome}",
-        feedback=(f"The tests failed ({existing.outcome}) after your change. "
-                  f"Fix it. Summary of `{command}`:\n{existing.summary}"),
+        ctx,
+        reason=f"verification_{existing.outcome}",
+        feedback=(
+            f"The tests failed ({existing.outcome}) after your change. "
+            f"Fix it. Summary of `{command}`:\n{existing.summary}"
+        ),
     )
 
 
@@ -413,8 +483,7 @@ def _model_judge(ctx: StepContext, diff_text: str) -> Verdict | None:
         {"role": "system", "content": JUDGE_PROMPT},
         {"role": "user", "content": f"Task: {ctx.task.instruction}\n\nPatch:\n{diff_text[:40000]}"},
     ]
-    reply = turn_obtain(ctx, turn_no=0, purpose="judge", messages=messages, tools=[],
-                        turn_index=0)
+    reply = turn_obtain(ctx, turn_no=0, purpose="judge", messages=messages, tools=[], turn_index=0)
     return judge_model_parse(reply.content)
 
 
@@ -426,7 +495,8 @@ def step_judging(ctx: StepContext) -> Outcome:
     if hashlib.sha256(diff_text.encode("utf-8")).hexdigest() != patch.diff_sha256:
         diff_text = patch.diff_artifact.content
     rules = judge_rules(
-        diff_text=diff_text, files=list(patch.files_changed),
+        diff_text=diff_text,
+        files=list(patch.files_changed),
         lines_changed=patch.lines_added + patch.lines_removed,
         forbidden_paths=list(ctx.repository.forbidden_paths),
         scope=ctx.task.model_options.get("scope"),
@@ -438,24 +508,38 @@ def step_judging(ctx: StepContext) -> Outcome:
         if model is not None:
             verdicts.append(("model", model))
     for judge, verdict in verdicts:
+
         def record_attempt(judge: str = judge, verdict: Verdict = verdict) -> None:
             JudgeAttempt.objects.get_or_create(
-                run=ctx.run, patch=patch, judge=judge,
-                defaults={"verdict": verdict.verdict, "findings": verdict.findings,
-                          "score": verdict.score},
+                run=ctx.run,
+                patch=patch,
+                judge=judge,
+                defaults={
+                    "verdict": verdict.verdict,
+                    "findings": verdict.findings,
+                    "score": verdict.score,
+                },
             )
 
         ctx.write_on_commit(record_attempt)
-        ctx.emit("agent.judge.completed", {"patch_id": patch.id, "judge": judge,
-                                           "verdict": verdict.verdict, "score": verdict.score,
-                                           "findings": verdict.findings})
+        ctx.emit(
+            "agent.judge.completed",
+            {
+                "patch_id": patch.id,
+                "judge": judge,
+                "verdict": verdict.verdict,
+                "score": verdict.score,
+                "findings": verdict.findings,
+            },
+        )
     worst = verdict_combine([v for _, v in verdicts])
     if worst.verdict == "block":
         rules_hit = ", ".join(sorted({str(f.get("rule")) for f in worst.findings}))
         raise StepFailed("judge_blocked", f"blocked by: {rules_hit}")
     if worst.verdict == "revise":
         return _retry_with_feedback(
-            ctx, reason="judge_revise",
+            ctx,
+            reason="judge_revise",
             feedback=f"A reviewer asks for changes: {json.dumps(worst.findings)}",
         )
     if ctx.task.execution_mode == "supervised_pr" or ctx.task.risk_level == "high":
@@ -463,15 +547,20 @@ def step_judging(ctx: StepContext) -> Outcome:
 
         def request_approval() -> None:
             Approval.objects.get_or_create(
-                run=ctx.run, status=Approval.Status.PENDING,
-                defaults={"patch": patch, "patch_sha256": patch.diff_sha256,
-                          "expires_at": expires},
+                run=ctx.run,
+                status=Approval.Status.PENDING,
+                defaults={"patch": patch, "patch_sha256": patch.diff_sha256, "expires_at": expires},
             )
 
         ctx.write_on_commit(request_approval)
-        ctx.emit("agent.approval.requested", {"patch_id": patch.id,
-                                              "patch_sha256": patch.diff_sha256,
-                                              "expires_at": expires.isoformat()})
+        ctx.emit(
+            "agent.approval.requested",
+            {
+                "patch_id": patch.id,
+                "patch_sha256": patch.diff_sha256,
+                "expires_at": expires.isoformat(),
+            },
+        )
         return Outcome(to=S.AWAITING_APPROVAL, wait=True)
     return Outcome(to=S.CREATING_PR)
 
@@ -496,8 +585,9 @@ def step_awaiting_approval(ctx: StepContext) -> Outcome:
                 Approval.objects.filter(pk=approval_pk).update(status=Approval.Status.VOID)
 
             ctx.write_on_commit(void_approval)
-            return Outcome(to=S.FAILED, reason="approval_void",
-                           detail="patch changed after approval")
+            return Outcome(
+                to=S.FAILED, reason="approval_void", detail="patch changed after approval"
+            )
         return Outcome(to=S.CREATING_PR)
     return Outcome(noop=True)
 
@@ -523,19 +613,27 @@ def step_creating_pr(ctx: StepContext) -> Outcome:
     branch = ctx.run.branch
     base_branch = ctx.task.target_branch or repository.default_branch
     title = f"agent: {ctx.task.instruction.splitlines()[0][:80]}"
-    body = (f"{ctx.task.instruction}\n\n---\nRun {ctx.run.run_no} ({ctx.run.id}), "
-            f"attempt {patch.attempt_no}, patch {patch.diff_sha256[:12]}.")
+    body = (
+        f"{ctx.task.instruction}\n\n---\nRun {ctx.run.run_no} ({ctx.run.id}), "
+        f"attempt {patch.attempt_no}, patch {patch.diff_sha256[:12]}."
+    )
     if ctx.run.feedback:
         body += f"\n\nAddresses feedback:\n{ctx.run.feedback[:2000]}"
-    ctx.emit("agent.pr.creation.requested", {"branch": branch, "base": base_branch,
-                                             "provider": provider.name})
+    ctx.emit(
+        "agent.pr.creation.requested",
+        {"branch": branch, "base": base_branch, "provider": provider.name},
+    )
     ctx.check_cancelled()
     try:
         head_sha = branch_commit(sandbox=sandbox, branch=branch, message=title)
         provider.branch_push(repository=repository, sandbox=sandbox, branch=branch)
         info = provider.pull_request_ensure(
-            repository=repository, branch=branch, base_branch=base_branch, title=title,
-            body=body, head_sha=head_sha,
+            repository=repository,
+            branch=branch,
+            base_branch=base_branch,
+            title=title,
+            body=body,
+            head_sha=head_sha,
         )
     except GitProviderError as exc:
         if exc.retryable:
@@ -550,17 +648,33 @@ def step_creating_pr(ctx: StepContext) -> Outcome:
 
     def record() -> None:
         PullRequest.objects.update_or_create(
-            task=ctx.task, provider=provider.name,
-            defaults={"branch": branch, "base_branch": base_branch, "number": info.number,
-                      "url": info.url, "head_sha": head_sha, "title": title,
-                      "last_run": ctx.run, "state": PullRequest.State.OPEN},
+            task=ctx.task,
+            provider=provider.name,
+            defaults={
+                "branch": branch,
+                "base_branch": base_branch,
+                "number": info.number,
+                "url": info.url,
+                "head_sha": head_sha,
+                "title": title,
+                "last_run": ctx.run,
+                "state": PullRequest.State.OPEN,
+            },
         )
 
     ctx.write_on_commit(record)
     kind = "updated" if existed or not info.created else "created"
-    ctx.emit(f"agent.pr.{kind}", {"number": info.number, "url": info.url, "branch": branch,
-                                  "head_sha": head_sha, "provider": provider.name,
-                                  "reconciled": not existed and not info.created})
+    ctx.emit(
+        f"agent.pr.{kind}",
+        {
+            "number": info.number,
+            "url": info.url,
+            "branch": branch,
+            "head_sha": head_sha,
+            "provider": provider.name,
+            "reconciled": not existed and not info.created,
+        },
+    )
     return Outcome(to=S.COMPLETED)
 
 

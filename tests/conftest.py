@@ -26,8 +26,9 @@ def _reachable(url: str, default_port: int) -> bool:
 
     parsed = urlparse(url)
     try:
-        with socket.create_connection((parsed.hostname or "127.0.0.1",
-                                       parsed.port or default_port), timeout=2):
+        with socket.create_connection(
+            (parsed.hostname or "127.0.0.1", parsed.port or default_port), timeout=2
+        ):
             return True
     except OSError:
         return False
@@ -36,10 +37,12 @@ def _reachable(url: str, default_port: int) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip service tests when PostgreSQL or Redis is down, unless REQUIRE_SERVICES=1."""
     missing = [
-        name for name, url, port in (
+        name
+        for name, url, port in (
             ("PostgreSQL", os.environ["DATABASE_URL"], 5432),
             ("Redis", os.environ["REDIS_URL"], 6379),
-        ) if not _reachable(url, port)
+        )
+        if not _reachable(url, port)
     ]
     if not missing:
         return
@@ -88,19 +91,37 @@ class WorkerProcess:
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "DATABASE_URL": (
-                f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-            ),
+            "DATABASE_URL": (f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"),
             "AGENTPLATFORM_VAR_DIR": str(settings.VAR_DIR),
             "SANDBOX_ROOT": str(settings.SANDBOX_ROOT),
         }
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "agentplatform", "worker", "-Q", queues,
-             "-c", str(concurrency), "-P", "prefork", "--loglevel", "INFO",
-             "-n", f"{name}-{os.getpid()}@%h", "--without-gossip", "--without-mingle",
-             "--without-heartbeat"],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "agentplatform",
+                "worker",
+                "-Q",
+                queues,
+                "-c",
+                str(concurrency),
+                "-P",
+                "prefork",
+                "--loglevel",
+                "INFO",
+                "-n",
+                f"{name}-{os.getpid()}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         self._wait_ready()
@@ -142,8 +163,9 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     app.control.purge()
     workers: list[WorkerProcess] = []
 
-    def start(name: str = "w", queues: str = "agent,verify,events,webhooks",
-              concurrency: int = 2) -> WorkerProcess:
+    def start(
+        name: str = "w", queues: str = "agent,verify,events,webhooks", concurrency: int = 2
+    ) -> WorkerProcess:
         worker = WorkerProcess(name, tmp_path, queues, concurrency)
         workers.append(worker)
         return worker
@@ -154,8 +176,12 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     app.control.purge()
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.1,
-             message: str = "condition") -> Any:
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 60,
+    interval: float = 0.1,
+    message: str = "condition",
+) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

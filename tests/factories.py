@@ -48,8 +48,9 @@ class TaskFactory(factory.django.DjangoModelFactory):
         RepositoryFactory, workspace=factory.SelfAttribute("..workspace")
     )
     instruction = "Fix add()"
-    model_options = factory.LazyFunction(lambda: {"provider": "scripted",
-                                                  "script": demo.fix_script()})
+    model_options = factory.LazyFunction(
+        lambda: {"provider": "scripted", "script": demo.fix_script()}
+    )
 
 
 class RunFactory(factory.django.DjangoModelFactory):
@@ -90,6 +91,7 @@ class WebhookReceiptFactory(factory.django.DjangoModelFactory):
     delivery_id = factory.Faker("uuid4")
     event = "issues"
     action = "labeled"
-    headers = factory.LazyFunction(lambda: {"X-GitHub-Event": "issues",
-                                            "X-Hub-Signature-256": "sha256=abc"})
+    headers = factory.LazyFunction(
+        lambda: {"X-GitHub-Event": "issues", "X-Hub-Signature-256": "sha256=abc"}
+    )
     payload = factory.LazyFunction(lambda: {"action": "labeled", "issue": {"number": 1}})

@@ -16,6 +16,6 @@ os.environ.setdefault("RUN_LEASE_SECONDS", "3")
 os.environ.setdefault("RUN_STALL_SECONDS", "5")
 os.environ.setdefault("AGENTPLATFORM_VAR_DIR", tempfile.mkdtemp(prefix="agentplatform-test-"))
 
-from agentplatform.settings import *  # noqa: E402, F403
+from agentplatform.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -16,16 +16,24 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_scripted_fix_ends_with_a_verified_pull_request(workspace, repository):
-    submission = task_submit(workspace=workspace, repository=repository,
-                             instruction="Fix add()",
-                             model_options={"provider": "scripted", "script": demo.fix_script()})
+    submission = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Fix add()",
+        model_options={"provider": "scripted", "script": demo.fix_script()},
+    )
 
     run = run_drive_inline(run_id=submission.run.id)
 
     assert run.status == Run.Status.COMPLETED, (run.failure_reason, run.failure_detail)
     calls = list(ToolCall.objects.filter(run=run).order_by("id"))
-    assert [c.tool for c in calls] == ["list_files", "read_file", "replace_text",
-                                       "run_command", "finish"]
+    assert [c.tool for c in calls] == [
+        "list_files",
+        "read_file",
+        "replace_text",
+        "run_command",
+        "finish",
+    ]
     assert {c.status for c in calls} == {"completed"}
     types = list(run.events.values_list("type", flat=True))
     for kind in ("requested", "started", "completed"):
@@ -38,12 +46,20 @@ def test_scripted_fix_ends_with_a_verified_pull_request(workspace, repository):
     assert run.cost_usd > 0 and run.tokens_in > 0
     pr = PullRequest.objects.get(task=submission.task)
     assert pr.provider == "local" and pr.last_run_id == run.id
-    head = subprocess.run(["git", "rev-parse", f"refs/heads/{pr.branch}"],
-                          cwd=repository.clone_url, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", f"refs/heads/{pr.branch}"],
+        cwd=repository.clone_url,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert head == pr.head_sha
-    tests = subprocess.run(["git", "show", f"{pr.branch}:calc/core.py"],
-                           cwd=repository.clone_url, capture_output=True, text=True,
-                           check=True).stdout
+    tests = subprocess.run(
+        ["git", "show", f"{pr.branch}:calc/core.py"],
+        cwd=repository.clone_url,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "return a + b" in tests
     assert not sandbox_for_run(run.id).exists()

@@ -16,11 +16,26 @@ AWS_KEY = "AKIA" + "Q" * 16
 
 def test_secret_in_diff_blocks_the_run(workspace, repository):
     script = demo.fix_script()
-    script["turns"].insert(2, {"tool_calls": [{"name": "write_file", "arguments": {
-        "path": "calc/settings.py", "content": f'AWS_ACCESS_KEY_ID = "{AWS_KEY}"\n'}}]})
-    submission = task_submit(workspace=workspace, repository=repository,
-                             instruction="Fix add()",
-                             model_options={"provider": "scripted", "script": script})
+    script["turns"].insert(
+        2,
+        {
+            "tool_calls": [
+                {
+                    "name": "write_file",
+                    "arguments": {
+                        "path": "calc/settings.py",
+                        "content": f'AWS_ACCESS_KEY_ID = "{AWS_KEY}"\n',
+                    },
+                }
+            ]
+        },
+    )
+    submission = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Fix add()",
+        model_options={"provider": "scripted", "script": script},
+    )
 
     run = run_drive_inline(run_id=submission.run.id)
 
@@ -37,10 +52,12 @@ def test_secret_in_diff_blocks_the_run(workspace, repository):
 def test_model_judge_scores_and_can_ask_for_a_revision(workspace, repository):
     script = demo.fix_script()
     script["judge"] = {"verdict": "accept", "score": 0.8, "reasons": "fixes add"}
-    submission = task_submit(workspace=workspace, repository=repository,
-                             instruction="Fix add()",
-                             model_options={"provider": "scripted", "script": script,
-                                            "model_judge": True})
+    submission = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Fix add()",
+        model_options={"provider": "scripted", "script": script, "model_judge": True},
+    )
 
     run = run_drive_inline(run_id=submission.run.id)
 

@@ -23,16 +23,20 @@ FORBIDDEN_WRITES = [
 def test_forbidden_path_edit_is_denied_and_the_run_goes_on(workspace, repository):
     script = demo.fix_script()
     script["turns"].insert(0, {"content": "Trying things.", "tool_calls": FORBIDDEN_WRITES})
-    submission = task_submit(workspace=workspace, repository=repository,
-                             instruction="Fix add()",
-                             model_options={"provider": "scripted", "script": script})
+    submission = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Fix add()",
+        model_options={"provider": "scripted", "script": script},
+    )
 
     run = run_drive_inline(run_id=submission.run.id)
 
     assert run.status == Run.Status.COMPLETED, (run.failure_reason, run.failure_detail)
     denied = ToolCall.objects.filter(run=run, status="denied").order_by("id")
-    assert [c.arguments["path"] for c in denied] == [c["arguments"]["path"]
-                                                     for c in FORBIDDEN_WRITES]
+    assert [c.arguments["path"] for c in denied] == [
+        c["arguments"]["path"] for c in FORBIDDEN_WRITES
+    ]
     assert "forbidden by policy (.github/workflows/**)" in denied[0].error
     assert "(.env*)" in denied[1].error and "(*.pem)" in denied[2].error
     assert ".git directory" in denied[3].error and "outside" in denied[4].error
@@ -40,8 +44,11 @@ def test_forbidden_path_edit_is_denied_and_the_run_goes_on(workspace, repository
     assert policy.count() == len(FORBIDDEN_WRITES)
     assert run.events.filter(type="agent.tool.call.denied").count() == len(FORBIDDEN_WRITES)
     # Denied calls never start.
-    started = set(run.events.filter(type="agent.tool.call.started")
-                  .values_list("data__tool_call_id", flat=True))
+    started = set(
+        run.events.filter(type="agent.tool.call.started").values_list(
+            "data__tool_call_id", flat=True
+        )
+    )
     assert not started & {c.call_id for c in denied}
     patch = run.patches.get()
     assert patch.files_changed == ["calc/core.py"]

@@ -68,8 +68,11 @@ def test_user_rate_covers_all_of_a_users_tokens(settings):
     first.credentials(HTTP_AUTHORIZATION=f"Bearer {api_token_issue(user=user)[1]}")
     second.credentials(HTTP_AUTHORIZATION=f"Bearer {api_token_issue(user=user)[1]}")
 
-    codes = [first.get("/api/tasks/").status_code, second.get("/api/tasks/").status_code,
-             second.get("/api/tasks/").status_code]
+    codes = [
+        first.get("/api/tasks/").status_code,
+        second.get("/api/tasks/").status_code,
+        second.get("/api/tasks/").status_code,
+    ]
 
     assert codes == [200, 200, 429]
 

@@ -33,12 +33,12 @@ def client(run):
 
 
 def _awaiting_approval(run: Run) -> Approval:
-    diff = Artifact.objects.create(run=run, kind="diff", name="diff", content="+x",
-                                   sha256="a" * 64)
+    diff = Artifact.objects.create(run=run, kind="diff", name="diff", content="+x", sha256="a" * 64)
     patch = Patch.objects.create(run=run, diff_sha256="a" * 64, diff_artifact=diff)
     Run.objects.filter(pk=run.pk).update(status=Run.Status.AWAITING_APPROVAL)
-    return Approval.objects.create(run=run, patch=patch, patch_sha256="a" * 64,
-                                   expires_at=timezone.now() + timedelta(hours=1))
+    return Approval.objects.create(
+        run=run, patch=patch, patch_sha256="a" * 64, expires_at=timezone.now() + timedelta(hours=1)
+    )
 
 
 def test_run_detail_has_budget_usage_and_current_step(client, run):
@@ -52,9 +52,11 @@ def test_run_detail_has_budget_usage_and_current_step(client, run):
 
 def test_events_page_by_sequence_cursor_without_gaps_or_repeats(client, run):
     with transaction.atomic():
-        events_record(task=run.task, run=run,
-                      events=[PendingEvent("agent.run.status.changed", {"i": i})
-                              for i in range(7)])
+        events_record(
+            task=run.task,
+            run=run,
+            events=[PendingEvent("agent.run.status.changed", {"i": i}) for i in range(7)],
+        )
     seen, url = [], f"/api/runs/{run.id}/events/?limit=3"
     while url:
         page = client.get(url).json()
@@ -69,8 +71,7 @@ def test_events_page_by_sequence_cursor_without_gaps_or_repeats(client, run):
 
 
 def test_cancel_records_the_request_and_refuses_an_ended_run(client, run):
-    accepted = client.post(f"/api/runs/{run.id}/cancel/", {"reason": "wrong repo"},
-                           format="json")
+    accepted = client.post(f"/api/runs/{run.id}/cancel/", {"reason": "wrong repo"}, format="json")
     run.refresh_from_db()
     Run.objects.filter(pk=run.pk).update(status=Run.Status.COMPLETED)
     refused = client.post(f"/api/runs/{run.id}/cancel/", {}, format="json")

@@ -51,8 +51,7 @@ def token(db) -> str:
 
 
 @schema.parametrize()
-@settings(max_examples=8, deadline=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_operation_conforms_to_the_schema(case, token):
     case.call_and_validate(
         headers={"Authorization": f"Bearer {token}"},

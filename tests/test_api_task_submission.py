@@ -38,8 +38,12 @@ def test_submission_answers_202_with_task_run_and_status(member_client, repo):
     assert response.status_code == 202, response.content
     body = response.json()
     task = Task.objects.get()
-    assert body == {"task_id": str(task.id), "run_id": str(task.runs.get().id),
-                    "status": "queued", "reason": None}
+    assert body == {
+        "task_id": str(task.id),
+        "run_id": str(task.runs.get().id),
+        "status": "queued",
+        "reason": None,
+    }
     assert response["Location"] == f"/api/tasks/{task.id}/"
     assert task.source == Task.Source.API
 
@@ -67,8 +71,7 @@ def test_same_key_and_body_returns_the_original_response(member_client, repo):
     assert Task.objects.count() == 1
 
 
-def test_replay_of_a_deferred_submission_keeps_status_and_reason(member_client, workspace,
-                                                                 repo):
+def test_replay_of_a_deferred_submission_keeps_status_and_reason(member_client, workspace, repo):
     workspace.max_active_runs = 0
     workspace.save()
     request = {"repository": repo.pk, "instruction": "Fix add()"}
@@ -83,8 +86,7 @@ def test_replay_of_a_deferred_submission_keeps_status_and_reason(member_client, 
 def test_same_key_with_a_different_body_is_422(member_client, repo):
     _submit(member_client, {"repository": repo.pk, "instruction": "Fix add()"}, key="abc-2")
 
-    response = _submit(member_client, {"repository": repo.pk, "instruction": "Other"},
-                       key="abc-2")
+    response = _submit(member_client, {"repository": repo.pk, "instruction": "Other"}, key="abc-2")
 
     assert response.status_code == 422
     assert response["Content-Type"] == "application/problem+json"
@@ -92,15 +94,19 @@ def test_same_key_with_a_different_body_is_422(member_client, repo):
     assert Task.objects.count() == 1
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"instruction": "Fix"}, "repository"),
-    ({"repository": 10**9, "instruction": "Fix"}, "repository"),
-    ({"repository": "REPO", "instruction": "   "}, "instruction"),
-    ({"repository": "REPO", "instruction": "Fix", "execution_mode": "yolo"}, "execution_mode"),
-    ({"repository": "REPO", "instruction": "Fix", "budget": {"coffee": 1}}, "budget"),
-])
-def test_invalid_input_is_400_with_field_errors_and_creates_nothing(member_client, repo,
-                                                                    body, field):
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"instruction": "Fix"}, "repository"),
+        ({"repository": 10**9, "instruction": "Fix"}, "repository"),
+        ({"repository": "REPO", "instruction": "   "}, "instruction"),
+        ({"repository": "REPO", "instruction": "Fix", "execution_mode": "yolo"}, "execution_mode"),
+        ({"repository": "REPO", "instruction": "Fix", "budget": {"coffee": 1}}, "budget"),
+    ],
+)
+def test_invalid_input_is_400_with_field_errors_and_creates_nothing(
+    member_client, repo, body, field
+):
     body = {k: (repo.pk if v == "REPO" else v) for k, v in body.items()}
 
     response = _submit(member_client, body, key="k-invalid")
@@ -122,8 +128,9 @@ def test_a_repository_of_another_workspace_is_an_unknown_repository(member_clien
     assert Task.objects.count() == 0
 
 
-def test_task_list_filters_by_status_source_repository_and_created_range(member_client,
-                                                                         workspace, repo):
+def test_task_list_filters_by_status_source_repository_and_created_range(
+    member_client, workspace, repo
+):
     other_repo = RepositoryFactory(workspace=workspace)
     for repository in (repo, repo, other_repo):
         _submit(member_client, {"repository": repository.pk, "instruction": "Fix"})

@@ -41,14 +41,22 @@ def world() -> World:
     spare_repo = RepositoryFactory(workspace=ws_a, provider="github")
     task = TaskFactory(workspace=ws_a, repository=repo)
     run = Run.objects.create(task=task, run_no=1)
-    artifact = Artifact.objects.create(run=run, kind="log", name="log", content="x",
-                                       sha256="0" * 64)
+    artifact = Artifact.objects.create(
+        run=run, kind="log", name="log", content="x", sha256="0" * 64
+    )
     now = timezone.now()
-    letter = DeadLetter.objects.create(task_name="runs.step", args=[str(run.id), 0],
-                                       exception="boom", first_failed_at=now,
-                                       last_failed_at=now, workspace_id=ws_a.pk)
+    letter = DeadLetter.objects.create(
+        task_name="runs.step",
+        args=[str(run.id), 0],
+        exception="boom",
+        first_failed_at=now,
+        last_failed_at=now,
+        workspace_id=ws_a.pk,
+    )
     receipt = WebhookReceipt.objects.create(
-        provider="github", delivery_id=str(uuid.uuid4()), event="issues",
+        provider="github",
+        delivery_id=str(uuid.uuid4()),
+        event="issues",
         payload={"repository": {"full_name": "octo/alpha"}},
     )
     clients = {}
@@ -57,17 +65,24 @@ def world() -> World:
         if role != "anon":
             client.force_authenticate(users[role])
         clients[role] = client
-    ids = {"repo": repo.pk, "spare_repo": spare_repo.pk, "task": task.pk, "run": run.pk,
-           "artifact": artifact.pk, "letter": letter.pk, "receipt": receipt.pk,
-           "ws": ws_a.slug, "member_name": users["member"].username}
+    ids = {
+        "repo": repo.pk,
+        "spare_repo": spare_repo.pk,
+        "task": task.pk,
+        "run": run.pk,
+        "artifact": artifact.pk,
+        "letter": letter.pk,
+        "receipt": receipt.pk,
+        "ws": ws_a.slug,
+        "member_name": users["member"].username,
+    }
     return World(ids=ids, clients=clients)
 
 
 # (method, path, body, expected status for member, admin, outsider, anon)
 MATRIX: list[tuple[str, str, dict[str, Any] | None, tuple[int, int, int, int]]] = [
     ("get", "/api/tasks/{task}/", None, (200, 200, 404, 401)),
-    ("post", "/api/tasks/", {"repository": "{repo}", "instruction": "Fix"},
-     (202, 202, 400, 401)),
+    ("post", "/api/tasks/", {"repository": "{repo}", "instruction": "Fix"}, (202, 202, 400, 401)),
     ("get", "/api/runs/{run}/", None, (200, 200, 404, 401)),
     ("get", "/api/runs/{run}/events/", None, (200, 200, 404, 401)),
     ("get", "/api/runs/{run}/artifacts/", None, (200, 200, 404, 401)),
@@ -79,15 +94,27 @@ MATRIX: list[tuple[str, str, dict[str, Any] | None, tuple[int, int, int, int]]] 
     ("get", "/api/workspaces/{ws}/", None, (200, 200, 404, 401)),
     ("patch", "/api/workspaces/{ws}/", {"name": "Alpha"}, (403, 200, 404, 401)),
     ("get", "/api/workspaces/{ws}/members/", None, (200, 200, 404, 401)),
-    ("post", "/api/workspaces/{ws}/members/", {"username": "{member_name}", "role": "member"},
-     (403, 200, 404, 401)),
+    (
+        "post",
+        "/api/workspaces/{ws}/members/",
+        {"username": "{member_name}", "role": "member"},
+        (403, 200, 404, 401),
+    ),
     ("delete", "/api/workspaces/{ws}/members/{member_name}/", None, (403, 204, 404, 401)),
     ("get", "/api/repositories/{repo}/", None, (200, 200, 404, 401)),
     ("patch", "/api/repositories/{repo}/", {"default_branch": "trunk"}, (403, 200, 404, 401)),
     ("delete", "/api/repositories/{spare_repo}/", None, (403, 204, 404, 401)),
-    ("post", "/api/repositories/", {"workspace": "{ws}", "name": "new", "provider": "github",
-                                    "clone_url": "https://example.com/x.git"},
-     (403, 201, 400, 401)),
+    (
+        "post",
+        "/api/repositories/",
+        {
+            "workspace": "{ws}",
+            "name": "new",
+            "provider": "github",
+            "clone_url": "https://example.com/x.git",
+        },
+        (403, 201, 400, 401),
+    ),
     ("get", "/api/dead-letters/{letter}/", None, (200, 200, 404, 401)),
     ("post", "/api/dead-letters/{letter}/requeue/", None, (403, 202, 404, 401)),
     ("post", "/api/dead-letters/{letter}/discard/", None, (403, 200, 404, 401)),
@@ -108,8 +135,12 @@ LISTS: list[tuple[str, str]] = [
 
 
 def _fill(value: Any, ids: dict[str, Any]) -> Any:
-    if isinstance(value, str) and value.startswith("{") and value.endswith("}") \
-            and value.count("{") == 1:
+    if (
+        isinstance(value, str)
+        and value.startswith("{")
+        and value.endswith("}")
+        and value.count("{") == 1
+    ):
         return ids[value[1:-1]]
     if isinstance(value, str):
         return value.format(**ids)
@@ -118,8 +149,9 @@ def _fill(value: Any, ids: dict[str, Any]) -> Any:
     return value
 
 
-@pytest.mark.parametrize("method, path, body, expected", MATRIX,
-                         ids=[f"{m} {p}" for m, p, _, _ in MATRIX])
+@pytest.mark.parametrize(
+    "method, path, body, expected", MATRIX, ids=[f"{m} {p}" for m, p, _, _ in MATRIX]
+)
 @pytest.mark.parametrize("role", ROLES)
 def test_endpoint_answers_per_role(world, role, method, path, body, expected):
     url = _fill(path, world.ids)
@@ -130,8 +162,15 @@ def test_endpoint_answers_per_role(world, role, method, path, body, expected):
         assert response["Content-Type"] == "application/problem+json"
         assert response.json()["status"] == response.status_code
         # A problem and nothing else: no field of the object leaks into the error.
-        assert set(response.json()) <= {"type", "title", "status", "detail", "code",
-                                        "instance", "errors"}
+        assert set(response.json()) <= {
+            "type",
+            "title",
+            "status",
+            "detail",
+            "code",
+            "instance",
+            "errors",
+        }
 
 
 @pytest.mark.parametrize("path, key", LISTS)

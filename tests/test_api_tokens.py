@@ -39,8 +39,7 @@ def test_issue_token_creates_user_and_membership_and_prints_the_token_last(works
 def test_issue_token_for_an_existing_member_keeps_their_role(workspace):
     user = UserFactory(username="ops")
     Membership.objects.create(workspace=workspace, user=user, role=Membership.Role.ADMIN)
-    call_command("issue_token", "--user", "ops", "--workspace", workspace.slug,
-                 stdout=StringIO())
+    call_command("issue_token", "--user", "ops", "--workspace", workspace.slug, stdout=StringIO())
 
     assert Membership.objects.get(user=user).role == Membership.Role.ADMIN
     assert ApiToken.objects.filter(user=user).count() == 1

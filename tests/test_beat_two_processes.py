@@ -25,15 +25,33 @@ SENT = b"Sending due task beat probe"
 class Beat:
     def __init__(self, name: str, log_dir: Path) -> None:
         db = settings.DATABASES["default"]
-        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
-               "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"}
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        }
         self.log_path = log_dir / f"beat-{name}.log"
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "agentplatform", "beat", "--loglevel", "INFO",
-             "--pidfile=", "-s", str(log_dir / f"beat-{name}.db")],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "agentplatform",
+                "beat",
+                "--loglevel",
+                "INFO",
+                "--pidfile=",
+                "-s",
+                str(log_dir / f"beat-{name}.db"),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def sends(self) -> int:
         return self.log_path.read_bytes().count(SENT)
@@ -53,12 +71,17 @@ def test_two_beats_fire_each_schedule_once_and_fail_over(tmp_path):
     client.delete(PROBE_QUEUE)
     PeriodicTask.objects.all().delete()
     every_second, _ = IntervalSchedule.objects.get_or_create(every=1, period="seconds")
-    PeriodicTask.objects.create(name="beat probe", task="jobs.tasks_readmit",
-                                interval=every_second, queue=PROBE_QUEUE)
+    PeriodicTask.objects.create(
+        name="beat probe", task="jobs.tasks_readmit", interval=every_second, queue=PROBE_QUEUE
+    )
     beats = [Beat("a", tmp_path), Beat("b", tmp_path)]
     try:
-        wait_for(lambda: sum(b.sends() for b in beats) >= 4, timeout=40, interval=0.2,
-                 message="four firings")
+        wait_for(
+            lambda: sum(b.sends() for b in beats) >= 4,
+            timeout=40,
+            interval=0.2,
+            message="four firings",
+        )
         time.sleep(2)
         sends = [b.sends() for b in beats]
         assert min(sends) == 0, f"both beats fired: {sends}"
@@ -67,8 +90,12 @@ def test_two_beats_fire_each_schedule_once_and_fail_over(tmp_path):
         leader = beats[sends.index(max(sends))]
         follower = beats[1 - beats.index(leader)]
         leader.kill()
-        wait_for(lambda: follower.sends() >= 2, timeout=30, interval=0.2,
-                 message="the follower to take over")
+        wait_for(
+            lambda: follower.sends() >= 2,
+            timeout=30,
+            interval=0.2,
+            message="the follower to take over",
+        )
     finally:
         for beat in beats:
             beat.stop()

@@ -14,22 +14,51 @@ from runs.services import task_submit
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FINISH = {"tool_calls": [{"name": "finish", "arguments": {}}]}
-BREAK = {"tool_calls": [{"name": "replace_text", "arguments": {
-    "path": "calc/core.py", "old": "return a - b", "new": "return a - b + 1"}}]}
-MISSING = {"tool_calls": [{"name": "replace_text", "arguments": {
-    "path": "calc/core.py", "old": "no such text", "new": "x"}}]}
-SLOW = {"tool_calls": [{"name": "run_command", "arguments": {
-    "command": f"{sys.executable} -c \"__import__('time').sleep(1.5)\""}}]}
+BREAK = {
+    "tool_calls": [
+        {
+            "name": "replace_text",
+            "arguments": {"path": "calc/core.py", "old": "return a - b", "new": "return a - b + 1"},
+        }
+    ]
+}
+MISSING = {
+    "tool_calls": [
+        {
+            "name": "replace_text",
+            "arguments": {"path": "calc/core.py", "old": "no such text", "new": "x"},
+        }
+    ]
+}
+SLOW = {
+    "tool_calls": [
+        {
+            "name": "run_command",
+            "arguments": {"command": f"{sys.executable} -c \"__import__('time').sleep(1.5)\""},
+        }
+    ]
+}
 
 CASES = {
-    "agent_attempts": ({"agent_attempts": 1}, {"turns": [BREAK, FINISH]},
-                       "budget_agent_attempts", Run.Status.FAILED),
-    "model_turns": ({"model_turns": 3}, demo.fix_script(), "budget_model_turns",
-                    Run.Status.FAILED),
-    "tool_retries": ({"tool_retries": 1}, {"turns": [MISSING, MISSING, FINISH]},
-                     "budget_tool_retries", Run.Status.FAILED),
-    "wall_clock_seconds": ({"wall_clock_seconds": 1}, {"turns": [SLOW, SLOW, FINISH]},
-                           "budget_wall_clock", Run.Status.TIMED_OUT),
+    "agent_attempts": (
+        {"agent_attempts": 1},
+        {"turns": [BREAK, FINISH]},
+        "budget_agent_attempts",
+        Run.Status.FAILED,
+    ),
+    "model_turns": ({"model_turns": 3}, demo.fix_script(), "budget_model_turns", Run.Status.FAILED),
+    "tool_retries": (
+        {"tool_retries": 1},
+        {"turns": [MISSING, MISSING, FINISH]},
+        "budget_tool_retries",
+        Run.Status.FAILED,
+    ),
+    "wall_clock_seconds": (
+        {"wall_clock_seconds": 1},
+        {"turns": [SLOW, SLOW, FINISH]},
+        "budget_wall_clock",
+        Run.Status.TIMED_OUT,
+    ),
     "cost_usd": ({"cost_usd": 0.000001}, demo.fix_script(), "budget_cost", Run.Status.FAILED),
 }
 
@@ -37,9 +66,13 @@ CASES = {
 @pytest.mark.parametrize("budget", list(CASES))
 def test_budget_exhaustion_fails_with_its_reason(workspace, repository, budget):
     limits, script, reason, status = CASES[budget]
-    submission = task_submit(workspace=workspace, repository=repository,
-                             instruction="Fix add()", budget=limits,
-                             model_options={"provider": "scripted", "script": script})
+    submission = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Fix add()",
+        budget=limits,
+        model_options={"provider": "scripted", "script": script},
+    )
 
     run = run_drive_inline(run_id=submission.run.id)
 

@@ -21,14 +21,26 @@ def _turns(workspace, costs: list[str]) -> list[str]:
     task = TaskFactory(workspace=workspace)
     run = Run.objects.create(task=task, run_no=1)
     with transaction.atomic():
-        events_record(task=task, run=run, events=[
-            PendingEvent("agent.model.turn.completed", {
-                "turn_no": i, "tokens_in": 100, "tokens_out": 10, "cost_usd": cost})
-            for i, cost in enumerate(costs, start=1)
-        ])
-    return [str(e) for e in OutboxEvent.objects.filter(
-        type="agent.model.turn.completed", payload__taskid=str(task.id),
-    ).order_by("id").values_list("event_id", flat=True)]
+        events_record(
+            task=task,
+            run=run,
+            events=[
+                PendingEvent(
+                    "agent.model.turn.completed",
+                    {"turn_no": i, "tokens_in": 100, "tokens_out": 10, "cost_usd": cost},
+                )
+                for i, cost in enumerate(costs, start=1)
+            ],
+        )
+    return [
+        str(e)
+        for e in OutboxEvent.objects.filter(
+            type="agent.model.turn.completed",
+            payload__taskid=str(task.id),
+        )
+        .order_by("id")
+        .values_list("event_id", flat=True)
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -46,7 +58,9 @@ def test_duplicate_delivery_is_processed_once(workspace):
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow
 def test_duplicate_messages_on_a_real_worker_change_state_once(
-    workspace, start_worker, monkeypatch,
+    workspace,
+    start_worker,
+    monkeypatch,
 ):
     monkeypatch.setenv("EVENT_STREAM_NAME", f"test_h4.dup.{uuid.uuid4().hex}")
     start_worker("dup", queues="events", concurrency=2)
@@ -57,11 +71,21 @@ def test_duplicate_messages_on_a_real_worker_change_state_once(
         for _ in range(2):
             event_consume_task.apply_async(args=["cost_aggregation", event_id], queue="events")
 
-    wait_for(lambda: ProcessedEvent.objects.filter(
-        consumer="cost_aggregation", event_id__in=event_ids).count() == 3,
-        timeout=30, message="three receipts")
-    wait_for(lambda: not OutboxEvent.objects.filter(published_at__isnull=True).exists(),
-             timeout=30, message="outbox drained")
+    wait_for(
+        lambda: (
+            ProcessedEvent.objects.filter(
+                consumer="cost_aggregation", event_id__in=event_ids
+            ).count()
+            == 3
+        ),
+        timeout=30,
+        message="three receipts",
+    )
+    wait_for(
+        lambda: not OutboxEvent.objects.filter(published_at__isnull=True).exists(),
+        timeout=30,
+        message="outbox drained",
+    )
     # Let the remaining duplicate messages run; they must change nothing.
     from agentplatform.celery import app
 

@@ -21,13 +21,26 @@ def _turns(workspace) -> list[str]:
     task = TaskFactory(workspace=workspace)
     run = Run.objects.create(task=task, run_no=1)
     for minute, cost in enumerate(["0.5", "0.25", "0.125", "1"]):
-        with time_machine.travel(START + dt.timedelta(minutes=minute), tick=False), \
-                transaction.atomic():
-            events_record(task=task, run=run, events=[PendingEvent(
-                "agent.model.turn.completed",
-                {"turn_no": minute + 1, "tokens_in": 7, "tokens_out": 3, "cost_usd": cost})])
-    return [str(e) for e in OutboxEvent.objects.filter(payload__taskid=str(task.id))
-            .order_by("id").values_list("event_id", flat=True)]
+        with (
+            time_machine.travel(START + dt.timedelta(minutes=minute), tick=False),
+            transaction.atomic(),
+        ):
+            events_record(
+                task=task,
+                run=run,
+                events=[
+                    PendingEvent(
+                        "agent.model.turn.completed",
+                        {"turn_no": minute + 1, "tokens_in": 7, "tokens_out": 3, "cost_usd": cost},
+                    )
+                ],
+            )
+    return [
+        str(e)
+        for e in OutboxEvent.objects.filter(payload__taskid=str(task.id))
+        .order_by("id")
+        .values_list("event_id", flat=True)
+    ]
 
 
 def _state(workspace) -> tuple:

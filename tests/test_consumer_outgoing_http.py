@@ -48,8 +48,11 @@ class Recorder(BaseHTTPRequestHandler):
             self.server.failures -= 1
             self._reply(503, {"message": "try later"})
             return
-        comment = {"id": len(self.server.comments) + 1, "body": json.loads(body).get("body"),
-                   "html_url": "https://github.test/c"}
+        comment = {
+            "id": len(self.server.comments) + 1,
+            "body": json.loads(body).get("body"),
+            "html_url": "https://github.test/c",
+        }
         self.server.comments.append(comment)
         self._reply(201, comment)
 
@@ -69,20 +72,20 @@ def _completed(workspace, source_ref: dict) -> str:
     task = TaskFactory(workspace=workspace, source_ref=source_ref)
     run = Run.objects.create(task=task, run_no=1)
     with transaction.atomic():
-        events_record(task=task, run=run, events=[
-            PendingEvent("agent.task.completed", {"run_no": 1})])
+        events_record(
+            task=task, run=run, events=[PendingEvent("agent.task.completed", {"run_no": 1})]
+        )
     return str(OutboxEvent.objects.get(type="agent.task.completed").event_id)
 
 
 def test_completion_comment_is_posted_once_per_event(workspace, http_server):
     url = f"http://127.0.0.1:{http_server.server_port}"
-    event_id = _completed(workspace, {"provider": "github", "repo": "octo/calc",
-                                      "issue_number": 7})
+    event_id = _completed(workspace, {"provider": "github", "repo": "octo/calc", "issue_number": 7})
     with override_settings(GITHUB_API_URL=url, GITHUB_TOKEN="ghs_secret"):
         assert event_consume(consumer="source_notification", event_id=event_id) == "processed"
         assert event_consume(consumer="source_notification", event_id=event_id) == "duplicate"
 
-    (path, headers, body), = http_server.requests
+    ((path, headers, body),) = http_server.requests
     assert path == "/repos/octo/calc/issues/7/comments"
     assert headers["Authorization"] == "Bearer ghs_secret"
     assert MARKER.format(event_id=event_id) in json.loads(body)["body"]
@@ -91,15 +94,20 @@ def test_completion_comment_is_posted_once_per_event(workspace, http_server):
 
 
 def test_a_retry_after_a_lost_answer_finds_its_comment_instead_of_posting_again(
-    workspace, http_server,
+    workspace,
+    http_server,
 ):
     url = f"http://127.0.0.1:{http_server.server_port}"
-    event_id = _completed(workspace, {"provider": "github", "repo": "octo/calc",
-                                      "issue_number": 7})
+    event_id = _completed(workspace, {"provider": "github", "repo": "octo/calc", "issue_number": 7})
     # An earlier attempt posted, then died before recording it.
     Notification.objects.create(event_id=event_id, channel="github_comment", attempts=1)
-    http_server.comments.append({"id": 99, "html_url": "https://github.test/c99",
-                                 "body": "done\n" + MARKER.format(event_id=event_id)})
+    http_server.comments.append(
+        {
+            "id": 99,
+            "html_url": "https://github.test/c99",
+            "body": "done\n" + MARKER.format(event_id=event_id),
+        }
+    )
     with override_settings(GITHUB_API_URL=url):
         assert event_consume(consumer="source_notification", event_id=event_id) == "processed"
 
@@ -111,12 +119,14 @@ def test_subscription_delivery_is_signed_and_retried_until_accepted(workspace, h
     task = TaskFactory(workspace=workspace)
     run = Run.objects.create(task=task, run_no=1)
     with transaction.atomic():
-        events_record(task=task, run=run, events=[PendingEvent("agent.run.started",
-                                                                {"run_no": 1})])
+        events_record(task=task, run=run, events=[PendingEvent("agent.run.started", {"run_no": 1})])
     event_id = str(OutboxEvent.objects.get(type="agent.run.started").event_id)
     sub = EventSubscription.objects.create(
-        workspace=workspace, url=f"http://127.0.0.1:{http_server.server_port}/hook",
-        secret="s3cret", event_types=["agent.run.*"])
+        workspace=workspace,
+        url=f"http://127.0.0.1:{http_server.server_port}/hook",
+        secret="s3cret",
+        event_types=["agent.run.*"],
+    )
     http_server.failures = 1
 
     with pytest.raises(DeliveryFailed):

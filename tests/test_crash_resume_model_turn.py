@@ -21,11 +21,21 @@ from tests.test_provider_openai_chat import ChatCompletionsServer, completion
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 ACTS: list[list[dict[str, Any]]] = [
-    [{"id": "call_fix", "name": "replace_text", "arguments": {
-        "path": "calc/core.py", "old": "return a - b", "new": "return a + b"}}],
+    [
+        {
+            "id": "call_fix",
+            "name": "replace_text",
+            "arguments": {"path": "calc/core.py", "old": "return a - b", "new": "return a + b"},
+        }
+    ],
     # The kill window: the answer is checkpointed, then this command runs for 4 s.
-    [{"id": "call_slow", "name": "run_command", "arguments": {
-        "command": f"{sys.executable} -c \"__import__('time').sleep(4)\""}}],
+    [
+        {
+            "id": "call_slow",
+            "name": "run_command",
+            "arguments": {"command": f"{sys.executable} -c \"__import__('time').sleep(4)\""},
+        }
+    ],
     [{"id": "call_done", "name": "finish", "arguments": {"summary": "fixed add()"}}],
 ]
 
@@ -46,20 +56,28 @@ def _respond(body: dict[str, Any], number: int) -> tuple[int, dict[str, str], by
 
 
 def test_killed_worker_resumes_without_re_requesting_the_checkpointed_turn(
-    workspace, repository, start_worker, monkeypatch,
+    workspace,
+    repository,
+    start_worker,
+    monkeypatch,
 ):
     with ChatCompletionsServer(_respond) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "sk-local-test")
         doomed = start_worker("doomed")
-        submission = task_submit(workspace=workspace, repository=repository,
-                                 instruction="Fix add()",
-                                 model_options={"provider": "openai:local-model"})
+        submission = task_submit(
+            workspace=workspace,
+            repository=repository,
+            instruction="Fix add()",
+            model_options={"provider": "openai:local-model"},
+        )
         run = submission.run
 
         def slow_turn_checkpointed() -> bool:
-            return ModelTurn.objects.filter(run=run, purpose="act").count() == 2 and \
-                ToolCall.objects.filter(run=run, call_id="call_slow", status="started").exists()
+            return (
+                ModelTurn.objects.filter(run=run, purpose="act").count() == 2
+                and ToolCall.objects.filter(run=run, call_id="call_slow", status="started").exists()
+            )
 
         wait_for(slow_turn_checkpointed, timeout=60, message="the slow turn to be checkpointed")
         doomed.kill()
@@ -67,8 +85,11 @@ def test_killed_worker_resumes_without_re_requesting_the_checkpointed_turn(
         assert asked_before_crash == {"plan": 1, "act-0": 1, "act-1": 1}
 
         start_worker("rescuer")
-        wait_for(lambda: Run.objects.filter(pk=run.pk, lease_until__lt=timezone.now()).exists(),
-                 timeout=15, message="the dead worker's lease to expire")
+        wait_for(
+            lambda: Run.objects.filter(pk=run.pk, lease_until__lt=timezone.now()).exists(),
+            timeout=15,
+            message="the dead worker's lease to expire",
+        )
         report = zombies_reap()
         assert report.recovered == 1
 

@@ -36,7 +36,10 @@ CONSUMERS = "jobs.consumers.cost.COST_AGGREGATION,tests.test_dead_letter_poison_
 
 
 def test_poison_consumer_is_dead_lettered_and_requeued_after_the_fix(
-    workspace, start_worker, monkeypatch, tmp_path,
+    workspace,
+    start_worker,
+    monkeypatch,
+    tmp_path,
 ):
     flag = tmp_path / "poisoned"
     flag.touch()
@@ -50,14 +53,25 @@ def test_poison_consumer_is_dead_lettered_and_requeued_after_the_fix(
     task = TaskFactory(workspace=workspace)
     run = Run.objects.create(task=task, run_no=1)
     with transaction.atomic():
-        events_record(task=task, run=run, events=[PendingEvent(
-            "agent.model.turn.completed",
-            {"turn_no": 1, "tokens_in": 3, "tokens_out": 2, "cost_usd": "0.75"})])
+        events_record(
+            task=task,
+            run=run,
+            events=[
+                PendingEvent(
+                    "agent.model.turn.completed",
+                    {"turn_no": 1, "tokens_in": 3, "tokens_out": 2, "cost_usd": "0.75"},
+                )
+            ],
+        )
     event_id = str(OutboxEvent.objects.get(type="agent.model.turn.completed").event_id)
 
-    letter = wait_for(lambda: DeadLetter.objects.filter(
-        task_name="jobs.event_consume", args=["poison", event_id]).first(),
-        timeout=40, message="dead letter")
+    letter = wait_for(
+        lambda: DeadLetter.objects.filter(
+            task_name="jobs.event_consume", args=["poison", event_id]
+        ).first(),
+        timeout=40,
+        message="dead letter",
+    )
 
     assert letter.status == DeadLetter.Status.OPEN
     assert letter.attempts == 3  # the first try and two retries
@@ -67,18 +81,25 @@ def test_poison_consumer_is_dead_lettered_and_requeued_after_the_fix(
     assert letter.first_failed_at <= letter.last_failed_at
     assert letter.workspace_id == workspace.pk
     assert OutboxEvent.objects.filter(
-        type="agent.job.dead_lettered", payload__data__dead_letter_id=str(letter.id)).exists()
+        type="agent.job.dead_lettered", payload__data__dead_letter_id=str(letter.id)
+    ).exists()
     # The other consumer did its work.
-    cost = wait_for(lambda: WorkspaceDailyCost.objects.filter(workspace=workspace).first(),
-                    timeout=20, message="cost aggregated")
+    cost = wait_for(
+        lambda: WorkspaceDailyCost.objects.filter(workspace=workspace).first(),
+        timeout=20,
+        message="cost aggregated",
+    )
     assert cost.cost_usd == Decimal("0.75")
     assert not ProcessedEvent.objects.filter(consumer="poison").exists()
 
     flag.unlink()  # the fix
     assert dead_letter_requeue(letter=letter, by="operator")
 
-    wait_for(lambda: ProcessedEvent.objects.filter(consumer="poison", event_id=event_id).exists(),
-             timeout=30, message="requeued delivery")
+    wait_for(
+        lambda: ProcessedEvent.objects.filter(consumer="poison", event_id=event_id).exists(),
+        timeout=30,
+        message="requeued delivery",
+    )
     letter.refresh_from_db()
     assert (letter.status, letter.resolved_by) == (DeadLetter.Status.REQUEUED, "operator")
     assert not dead_letter_requeue(letter=letter, by="operator")  # only once

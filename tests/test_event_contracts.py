@@ -76,44 +76,74 @@ def test_the_documents_match_the_catalog():
 
 @pytest.mark.django_db(transaction=True)
 def test_every_event_the_platform_produces_matches_its_contract(
-    workspace, repository, no_wakeups,
+    workspace,
+    repository,
+    no_wakeups,
 ):
     options = {"provider": "scripted", "script": demo.fix_script()}
-    done = task_submit(workspace=workspace, repository=repository, instruction="Fix add()",
-                       model_options=options)
+    done = task_submit(
+        workspace=workspace, repository=repository, instruction="Fix add()", model_options=options
+    )
     assert _drive(done.run).status == Run.Status.COMPLETED
-    supervised = task_submit(workspace=workspace, repository=repository,
-                             instruction="Fix add() carefully", model_options=options,
-                             execution_mode=Task.Mode.SUPERVISED_PR)
+    supervised = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Fix add() carefully",
+        model_options=options,
+        execution_mode=Task.Mode.SUPERVISED_PR,
+    )
     waiting = _drive(supervised.run)
     if waiting.status == Run.Status.AWAITING_APPROVAL:
         run_approve(run=waiting, by="reviewer")
         _drive(waiting)
-    dry = task_submit(workspace=workspace, repository=repository, instruction="Try add()",
-                      model_options=options, execution_mode=Task.Mode.DRY_RUN)
+    dry = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Try add()",
+        model_options=options,
+        execution_mode=Task.Mode.DRY_RUN,
+    )
     _drive(dry.run)
-    cancelled = task_submit(workspace=workspace, repository=repository, instruction="Stop",
-                            model_options=options)
+    cancelled = task_submit(
+        workspace=workspace, repository=repository, instruction="Stop", model_options=options
+    )
     run_cancel_request(run=cancelled.run, by="operator", reason="changed my mind")
     _drive(cancelled.run)
     workspace.max_active_runs = 0
     workspace.save()
-    task_submit(workspace=workspace, repository=repository, instruction="Later",
-                model_options=options)
-    dead_letter_record(task_name="jobs.event_consume", task_id="t-1",
-                       args=["cost_aggregation", str(OutboxEvent.objects.first().event_id)],
-                       kwargs={}, queue="events", exception="RuntimeError: boom",
-                       traceback="Traceback ...", attempts=3)
+    task_submit(
+        workspace=workspace, repository=repository, instruction="Later", model_options=options
+    )
+    dead_letter_record(
+        task_name="jobs.event_consume",
+        task_id="t-1",
+        args=["cost_aggregation", str(OutboxEvent.objects.first().event_id)],
+        kwargs={},
+        queue="events",
+        exception="RuntimeError: boom",
+        traceback="Traceback ...",
+        attempts=3,
+    )
 
     payloads = list(OutboxEvent.objects.order_by("id").values_list("payload", flat=True))
     for payload in payloads:
         _assert_contract(payload)
     produced = {p["type"] for p in payloads}
-    assert {"agent.task.submitted", "agent.run.status.changed", "agent.model.turn.completed",
-            "agent.tool.call.completed", "agent.patch.created", "agent.verification.passed",
-            "agent.judge.completed", "agent.pr.created", "agent.pr.skipped",
-            "agent.run.cancelled", "agent.task.deferred", "agent.job.dead_lettered",
-            "agent.task.completed"} <= produced
+    assert {
+        "agent.task.submitted",
+        "agent.run.status.changed",
+        "agent.model.turn.completed",
+        "agent.tool.call.completed",
+        "agent.patch.created",
+        "agent.verification.passed",
+        "agent.judge.completed",
+        "agent.pr.created",
+        "agent.pr.skipped",
+        "agent.run.cancelled",
+        "agent.task.deferred",
+        "agent.job.dead_lettered",
+        "agent.task.completed",
+    } <= produced
     unknown = produced - {entry.type for entry in CATALOG}
     assert not unknown, f"types without a catalog entry: {unknown}"
 
@@ -128,12 +158,17 @@ def test_consumers_ignore_unknown_fields(workspace):
     golden = json.loads((GOLDEN / "agent.model.turn.completed.json").read_text())
     task = TaskFactory(workspace=workspace)
     payload = copy.deepcopy(golden)
-    payload.update(workspaceid=str(workspace.pk), taskid=str(task.id),
-                   futureextension="x", partitionhint=3)
+    payload.update(
+        workspaceid=str(workspace.pk), taskid=str(task.id), futureextension="x", partitionhint=3
+    )
     payload["data"].update(cache_hits=9, reasoning={"tokens": 12}, provider_meta=["a"])
     with transaction.atomic():
-        OutboxEvent.objects.create(event_id=payload["id"], type=payload["type"],
-                                   partition_key=payload["runid"], payload=payload)
+        OutboxEvent.objects.create(
+            event_id=payload["id"],
+            type=payload["type"],
+            partition_key=payload["runid"],
+            payload=payload,
+        )
     _assert_contract(payload)
     assert Event.from_envelope(payload).data["tokens_in"] == 1200
 

@@ -16,29 +16,36 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _edit(old: str, new: str) -> dict:
-    return {"tool_calls": [{"name": "replace_text", "arguments": {
-        "path": "calc/core.py", "old": old, "new": new}}]}
+    return {
+        "tool_calls": [
+            {"name": "replace_text", "arguments": {"path": "calc/core.py", "old": old, "new": new}}
+        ]
+    }
 
 
 FINISH = {"tool_calls": [{"name": "finish", "arguments": {}}]}
 
 
 def _show(repository, ref: str) -> str:
-    return subprocess.run(["git", "show", ref], cwd=repository.clone_url, capture_output=True,
-                          text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "show", ref], cwd=repository.clone_url, capture_output=True, text=True, check=True
+    ).stdout
 
 
 def test_followups_push_to_the_same_branch_and_pull_request(workspace, repository):
     script = demo.fix_script()
     script["followups"] = {
-        "2": {"turns": [_edit("    return a * b", '    """Multiply."""\n    return a * b'),
-                        FINISH]},
-        "3": {"turns": [_edit("    return a + b", '    """Add."""\n    return a + b'),
-                        FINISH]},
+        "2": {
+            "turns": [_edit("    return a * b", '    """Multiply."""\n    return a * b'), FINISH]
+        },
+        "3": {"turns": [_edit("    return a + b", '    """Add."""\n    return a + b'), FINISH]},
     }
-    submission = task_submit(workspace=workspace, repository=repository,
-                             instruction="Fix add()",
-                             model_options={"provider": "scripted", "script": script})
+    submission = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Fix add()",
+        model_options={"provider": "scripted", "script": script},
+    )
     task = submission.task
     first = run_drive_inline(run_id=submission.run.id)
     assert first.status == Run.Status.COMPLETED, first.failure_detail
@@ -65,18 +72,25 @@ def test_followups_push_to_the_same_branch_and_pull_request(workspace, repositor
     assert pr.last_run_id == third.id
     source = _show(repository, f"{pr.branch}:calc/core.py")
     assert "return a + b" in source and '"""Multiply."""' in source and '"""Add."""' in source
-    commits = subprocess.run(["git", "rev-list", "--count", f"main..{pr.branch}"],
-                             cwd=repository.clone_url, capture_output=True, text=True,
-                             check=True).stdout.strip()
+    commits = subprocess.run(
+        ["git", "rev-list", "--count", f"main..{pr.branch}"],
+        cwd=repository.clone_url,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert commits == "3"
 
 
 def test_budgets_are_cumulative_over_followups(workspace, repository):
     script = demo.fix_script()
     script["followups"] = {"2": {"turns": [_edit("return a + b", "return b + a"), FINISH]}}
-    submission = task_submit(workspace=workspace, repository=repository,
-                             instruction="Fix add()",
-                             model_options={"provider": "scripted", "script": script})
+    submission = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Fix add()",
+        model_options={"provider": "scripted", "script": script},
+    )
     first = run_drive_inline(run_id=submission.run.id)
     assert first.status == Run.Status.COMPLETED
     used = ModelTurn.objects.filter(run__task=submission.task).count()

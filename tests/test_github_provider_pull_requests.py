@@ -76,17 +76,26 @@ class FakeGitHub:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
-    def add_pull(self, owner: str, name: str, head: str, base: str = "main",
-                 title: str = "t") -> dict[str, Any]:
+    def add_pull(
+        self, owner: str, name: str, head: str, base: str = "main", title: str = "t"
+    ) -> dict[str, Any]:
         number = len(self.pulls) + 1
-        pull = {"number": number, "state": "open", "draft": True, "title": title,
-                "head": {"ref": head, "label": f"{owner}:{head}"}, "base": {"ref": base},
-                "html_url": f"https://github.com/{owner}/{name}/pull/{number}", "body": ""}
+        pull = {
+            "number": number,
+            "state": "open",
+            "draft": True,
+            "title": title,
+            "head": {"ref": head, "label": f"{owner}:{head}"},
+            "base": {"ref": base},
+            "html_url": f"https://github.com/{owner}/{name}/pull/{number}",
+            "body": "",
+        }
         self.pulls.append(pull)
         return pull
 
-    def route(self, method: str, path: str, query: dict[str, list[str]], body: dict[str, Any]
-              ) -> tuple[int, Any]:
+    def route(
+        self, method: str, path: str, query: dict[str, list[str]], body: dict[str, Any]
+    ) -> tuple[int, Any]:
         parts = path.strip("/").split("/")
         if parts[:1] != ["repos"] or len(parts) < 4 or parts[3] != "pulls":
             return 404, {"message": "Not Found"}
@@ -99,9 +108,16 @@ class FakeGitHub:
             return 200, [p for p in self.pulls if p["head"]["label"] == head]
         if method == "POST" and len(parts) == 4:
             if any(p["head"]["ref"] == body["head"] for p in self.pulls):
-                return 422, {"message": "Validation Failed", "errors": [{
-                    "resource": "PullRequest", "code": "custom",
-                    "message": f"A pull request already exists for {owner}:{body['head']}."}]}
+                return 422, {
+                    "message": "Validation Failed",
+                    "errors": [
+                        {
+                            "resource": "PullRequest",
+                            "code": "custom",
+                            "message": f"A pull request already exists for {owner}:{body['head']}.",
+                        }
+                    ],
+                }
             pull = self.add_pull(owner, name, body["head"], body["base"], body["title"])
             pull.update(draft=body.get("draft", False), body=body.get("body", ""))
             return 201, pull
@@ -122,8 +138,13 @@ def github() -> Iterator[FakeGitHub]:
 
 
 def _repository(clone_url: str = "https://github.com/octo/calc.git") -> Repository:
-    return Repository(name="calc", provider="github", external_id="octo/calc",
-                      clone_url=clone_url, default_branch="main")
+    return Repository(
+        name="calc",
+        provider="github",
+        external_id="octo/calc",
+        clone_url=clone_url,
+        default_branch="main",
+    )
 
 
 def _provider(github: FakeGitHub) -> GitHubProvider:
@@ -131,9 +152,14 @@ def _provider(github: FakeGitHub) -> GitHubProvider:
 
 
 def _ensure(provider: GitHubProvider, body: str = "first") -> Any:
-    return provider.pull_request_ensure(repository=_repository(), branch="agent/abc",
-                                        base_branch="main", title="agent: fix add", body=body,
-                                        head_sha="f" * 40)
+    return provider.pull_request_ensure(
+        repository=_repository(),
+        branch="agent/abc",
+        base_branch="main",
+        title="agent: fix add",
+        body=body,
+        head_sha="f" * 40,
+    )
 
 
 def test_a_draft_pull_request_is_opened_when_none_exists(github):
@@ -145,8 +171,13 @@ def test_a_draft_pull_request_is_opened_when_none_exists(github):
     methods = [(m, p) for m, p, _ in github.calls]
     assert methods == [("GET", "/repos/octo/calc/pulls"), ("POST", "/repos/octo/calc/pulls")]
     posted = github.calls[1][2]
-    assert posted == {"title": "agent: fix add", "head": "agent/abc", "base": "main",
-                      "body": "first", "draft": True}
+    assert posted == {
+        "title": "agent: fix add",
+        "head": "agent/abc",
+        "base": "main",
+        "body": "first",
+        "draft": True,
+    }
     assert set(github.auth) == {f"Bearer {TOKEN}"}
 
 
@@ -215,12 +246,18 @@ def test_branch_push_keeps_the_token_out_of_the_sandbox(tmp_path, settings):
 
     branch_push_isolated(sandbox=sandbox, url=str(origin), branch="agent/abc", token=TOKEN)
 
-    head = subprocess.run(["git", "rev-parse", "refs/heads/agent/abc"], cwd=origin,
-                          capture_output=True, text=True, check=True).stdout.strip()
+    head = subprocess.run(
+        ["git", "rev-parse", "refs/heads/agent/abc"],
+        cwd=origin,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert head == sandbox.git("rev-parse", "HEAD").output.strip()
     assert not hook_marker.exists()
-    stored = "".join(p.read_text(errors="replace") for p in (sandbox.path / ".git").glob("*")
-                     if p.is_file())
+    stored = "".join(
+        p.read_text(errors="replace") for p in (sandbox.path / ".git").glob("*") if p.is_file()
+    )
     assert TOKEN not in stored
     assert not any(TOKEN in value for value in sandbox.environment().values())
     assert not list(Path(settings.SANDBOX_ROOT).glob("push-*"))

@@ -26,8 +26,9 @@ def test_outbox_lag_is_the_age_of_the_oldest_pending_event(workspace):
     with time_machine.travel(T0, tick=False):
         assert outbox_lag_seconds() == 0
         with transaction.atomic():
-            events_record(task=task, run=run, events=[PendingEvent("agent.run.started",
-                                                                    {"run_no": 1})])
+            events_record(
+                task=task, run=run, events=[PendingEvent("agent.run.started", {"run_no": 1})]
+            )
     with time_machine.travel(T0 + dt.timedelta(seconds=42), tick=False):
         assert outbox_lag_seconds() == 42
         assert REGISTRY.get_sample_value("agentplatform_outbox_lag_seconds") == 42

@@ -65,23 +65,43 @@ class ChatCompletionsServer:
         self.httpd.server_close()
 
 
-def completion(content: str = "", tool_calls: list[dict[str, Any]] | None = None,
-               model: str = "gpt-4o-mini", tokens: tuple[int, int] = (120, 30)) -> bytes:
+def completion(
+    content: str = "",
+    tool_calls: list[dict[str, Any]] | None = None,
+    model: str = "gpt-4o-mini",
+    tokens: tuple[int, int] = (120, 30),
+) -> bytes:
     """A Chat Completions response body as a real server sends it."""
     message: dict[str, Any] = {"role": "assistant", "content": content or None}
     if tool_calls:
         message["tool_calls"] = [
-            {"id": call.get("id", f"call_{n}"), "type": "function",
-             "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])}}
+            {
+                "id": call.get("id", f"call_{n}"),
+                "type": "function",
+                "function": {"name": call["name"], "arguments": json.dumps(call["arguments"])},
+            }
             for n, call in enumerate(tool_calls)
         ]
-    return json.dumps({
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": model,
-        "choices": [{"index": 0, "message": message,
-                     "finish_reason": "tool_calls" if tool_calls else "stop"}],
-        "usage": {"prompt_tokens": tokens[0], "completion_tokens": tokens[1],
-                  "total_tokens": sum(tokens)},
-    }).encode()
+    return json.dumps(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if tool_calls else "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": tokens[0],
+                "completion_tokens": tokens[1],
+                "total_tokens": sum(tokens),
+            },
+        }
+    ).encode()
 
 
 @pytest.fixture
@@ -99,8 +119,14 @@ def chat_server() -> Iterator[Callable[..., ChatCompletionsServer]]:
 
 
 def _provider(server: ChatCompletionsServer, **kwargs: Any) -> OpenAIChatProvider:
-    return OpenAIChatProvider("gpt-4o-mini", base_url=server.base_url, api_key="sk-test-key",
-                              backoff_seconds=0.01, timeout=5, **kwargs)
+    return OpenAIChatProvider(
+        "gpt-4o-mini",
+        base_url=server.base_url,
+        api_key="sk-test-key",
+        backoff_seconds=0.01,
+        timeout=5,
+        **kwargs,
+    )
 
 
 MESSAGES = [
@@ -111,17 +137,25 @@ MESSAGES = [
 
 
 def test_tool_calls_and_usage_are_parsed(chat_server):
-    server = chat_server(lambda body, n: (200, {}, completion(
-        "Let me read it.",
-        [{"id": "call_a", "name": "read_file", "arguments": {"path": "calc/core.py"}}],
-    )))
+    server = chat_server(
+        lambda body, n: (
+            200,
+            {},
+            completion(
+                "Let me read it.",
+                [{"id": "call_a", "name": "read_file", "arguments": {"path": "calc/core.py"}}],
+            ),
+        )
+    )
 
-    reply = _provider(server).complete(messages=MESSAGES, tools=TOOL_SCHEMAS, purpose="act",
-                                       turn_index=0)
+    reply = _provider(server).complete(
+        messages=MESSAGES, tools=TOOL_SCHEMAS, purpose="act", turn_index=0
+    )
 
     assert reply.content == "Let me read it."
     assert [(c.id, c.name, c.arguments) for c in reply.tool_calls] == [
-        ("call_a", "read_file", {"path": "calc/core.py"})]
+        ("call_a", "read_file", {"path": "calc/core.py"})
+    ]
     assert (reply.usage.tokens_in, reply.usage.tokens_out) == (120, 30)
     sent = server.requests[0]
     assert sent["path"] == "/v1/chat/completions"
@@ -141,8 +175,7 @@ def test_rate_limit_is_retried_then_succeeds(chat_server):
         return 200, {}, completion("done")
 
     server = chat_server(respond)
-    reply = _provider(server).complete(messages=MESSAGES, tools=[], purpose="plan",
-                                       turn_index=0)
+    reply = _provider(server).complete(messages=MESSAGES, tools=[], purpose="plan", turn_index=0)
 
     assert reply.content == "done"
     assert len(server.requests) == 3
@@ -152,26 +185,47 @@ def test_persistent_server_errors_are_retryable_model_errors(chat_server):
     server = chat_server(lambda body, n: (500, {}, b'{"error": {"message": "boom"}}'))
 
     with pytest.raises(ModelError) as raised:
-        _provider(server, max_retries=2).complete(messages=MESSAGES, tools=[], purpose="act",
-                                                  turn_index=0)
+        _provider(server, max_retries=2).complete(
+            messages=MESSAGES, tools=[], purpose="act", turn_index=0
+        )
 
     assert raised.value.retryable is True
     assert len(server.requests) == 3
 
 
-@pytest.mark.parametrize("body", [
-    b"this is not json",
-    b'{"id": "x", "object": "chat.completion", "choices": []}',
-    json.dumps({"choices": [{"message": {"role": "assistant", "tool_calls": [
-        {"id": "c", "type": "function",
-         "function": {"name": "read_file", "arguments": "{not json"}}]}}]}).encode(),
-], ids=["not-json", "no-choices", "broken-arguments"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"this is not json",
+        b'{"id": "x", "object": "chat.completion", "choices": []}',
+        json.dumps(
+            {
+                "choices": [
+                    {
+                        "message": {
+                            "role": "assistant",
+                            "tool_calls": [
+                                {
+                                    "id": "c",
+                                    "type": "function",
+                                    "function": {"name": "read_file", "arguments": "{not json"},
+                                }
+                            ],
+                        }
+                    }
+                ]
+            }
+        ).encode(),
+    ],
+    ids=["not-json", "no-choices", "broken-arguments"],
+)
 def test_malformed_reply_fails_clearly_without_retry(chat_server, body):
     server = chat_server(lambda _, n: (200, {}, body))
 
     with pytest.raises(ModelError) as raised:
-        _provider(server).complete(messages=MESSAGES, tools=TOOL_SCHEMAS, purpose="act",
-                                   turn_index=0)
+        _provider(server).complete(
+            messages=MESSAGES, tools=TOOL_SCHEMAS, purpose="act", turn_index=0
+        )
 
     assert raised.value.retryable is False
     assert "malformed" in str(raised.value) or "not JSON" in str(raised.value)

@@ -20,8 +20,15 @@ from tests.conftest import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-SLOW = {"content": "Thinking slowly.", "tool_calls": [{"name": "run_command", "arguments": {
-    "command": f"{sys.executable} -c \"__import__('time').sleep(4)\""}}]}
+SLOW = {
+    "content": "Thinking slowly.",
+    "tool_calls": [
+        {
+            "name": "run_command",
+            "arguments": {"command": f"{sys.executable} -c \"__import__('time').sleep(4)\""},
+        }
+    ],
+}
 
 
 def _two_slow_steps() -> dict:
@@ -34,8 +41,11 @@ def _two_slow_steps() -> dict:
 def _kill_during_act_turn(run: Run, worker, turn: int) -> None:
     def in_slow_turn() -> bool:
         run.refresh_from_db()
-        return bool(run.status == Run.Status.RUNNING and run.lease_owner
-                    and run.model_turns.filter(purpose="act").count() >= turn)
+        return bool(
+            run.status == Run.Status.RUNNING
+            and run.lease_owner
+            and run.model_turns.filter(purpose="act").count() >= turn
+        )
 
     wait_for(in_slow_turn, timeout=60, message=f"act turn {turn} to start")
     worker.kill()
@@ -66,12 +76,17 @@ def _reap_concurrently(count: int) -> list[ReapReport]:
 
 
 def test_killed_worker_is_recovered_once_then_failed_when_recoveries_are_spent(
-    workspace, repository, start_worker,
+    workspace,
+    repository,
+    start_worker,
 ):
     first = start_worker("first")
-    run = task_submit(workspace=workspace, repository=repository, instruction="Fix add()",
-                      model_options={"provider": "scripted",
-                                     "script": _two_slow_steps()}).run
+    run = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Fix add()",
+        model_options={"provider": "scripted", "script": _two_slow_steps()},
+    ).run
     _kill_during_act_turn(run, first, 3)
     wait_for(lambda: _lease_expired(run), timeout=15, message="the lease to expire")
 

@@ -42,16 +42,26 @@ DROP FUNCTION IF EXISTS test_stall_marking();
 
 def _relay_process(stream: str) -> subprocess.Popen:
     db = settings.DATABASES["default"]
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
-           "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-           "EVENT_STREAM_NAME": stream}
-    return subprocess.Popen([sys.executable, "manage.py", "outbox_relay"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "EVENT_STREAM_NAME": stream,
+    }
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "outbox_relay"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def test_relay_killed_before_marking_publishes_again_and_consumers_dedupe(
-    workspace, start_worker, monkeypatch,
+    workspace,
+    start_worker,
+    monkeypatch,
 ):
     stream = f"test_h4.crash.{uuid.uuid4().hex}"
     monkeypatch.setenv("EVENT_STREAM_NAME", stream)
@@ -62,10 +72,17 @@ def test_relay_killed_before_marking_publishes_again_and_consumers_dedupe(
         cursor.execute(STALL_MARKING)
     try:
         with transaction.atomic():
-            events_record(task=task, run=run, events=[
-                PendingEvent("agent.model.turn.completed", {
-                    "turn_no": i, "tokens_in": 1, "tokens_out": 1, "cost_usd": "0.5"})
-                for i in range(1, 4)])
+            events_record(
+                task=task,
+                run=run,
+                events=[
+                    PendingEvent(
+                        "agent.model.turn.completed",
+                        {"turn_no": i, "tokens_in": 1, "tokens_out": 1, "cost_usd": "0.5"},
+                    )
+                    for i in range(1, 4)
+                ],
+            )
         client.delete("events")  # the on-commit wake-up: this test relays by hand
 
         relay = _relay_process(stream)
@@ -75,8 +92,10 @@ def test_relay_killed_before_marking_publishes_again_and_consumers_dedupe(
         relay.wait()
         with connection.cursor() as cursor:
             # The dead relay's session would hold its row locks until the sleep ends.
-            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
     finally:
         with connection.cursor() as cursor:
             cursor.execute(UNSTALL)
@@ -89,9 +108,16 @@ def test_relay_killed_before_marking_publishes_again_and_consumers_dedupe(
 
     start_worker("crash", queues="events", concurrency=2)
     event_ids = list(OutboxEvent.objects.values_list("event_id", flat=True))
-    wait_for(lambda: ProcessedEvent.objects.filter(consumer="cost_aggregation",
-                                                   event_id__in=event_ids).count() == 3,
-             timeout=30, message="receipts")
+    wait_for(
+        lambda: (
+            ProcessedEvent.objects.filter(
+                consumer="cost_aggregation", event_id__in=event_ids
+            ).count()
+            == 3
+        ),
+        timeout=30,
+        message="receipts",
+    )
     wait_for(lambda: client.llen("events") == 0, timeout=30, message="duplicates consumed")
     time.sleep(0.5)
     cost = WorkspaceDailyCost.objects.get(workspace=workspace)

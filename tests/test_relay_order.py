@@ -46,8 +46,13 @@ def _record(pairs, rounds: int) -> None:
     for i in range(rounds):
         for task, run in pairs:
             with transaction.atomic():
-                events_record(task=task, run=run, events=[
-                    PendingEvent("agent.run.status.changed", {"from": "a", "to": "b", "i": i})])
+                events_record(
+                    task=task,
+                    run=run,
+                    events=[
+                        PendingEvent("agent.run.status.changed", {"from": "a", "to": "b", "i": i})
+                    ],
+                )
 
 
 def _published(client, name) -> dict[str, list[int]]:
@@ -94,7 +99,8 @@ def test_a_partition_backing_off_does_not_block_the_others(workspace, stream):
     _record([(slow_task, slow_run), (ok_task, ok_run)], 3)
     head = OutboxEvent.objects.filter(partition_key=str(slow_run.id)).order_by("id").first()
     OutboxEvent.objects.filter(pk=head.pk).update(
-        available_at=timezone.now() + timedelta(minutes=5), attempts=1)
+        available_at=timezone.now() + timedelta(minutes=5), attempts=1
+    )
 
     outbox_drain()
 
@@ -102,5 +108,9 @@ def test_a_partition_backing_off_does_not_block_the_others(workspace, stream):
     assert sequences[str(ok_run.id)] == [1, 2, 3]
     # Nothing of the waiting run leaves before its head: order beats progress.
     assert str(slow_run.id) not in sequences
-    assert OutboxEvent.objects.filter(partition_key=str(slow_run.id),
-                                      published_at__isnull=True).count() == 3
+    assert (
+        OutboxEvent.objects.filter(
+            partition_key=str(slow_run.id), published_at__isnull=True
+        ).count()
+        == 3
+    )

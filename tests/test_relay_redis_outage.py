@@ -42,9 +42,22 @@ class RedisServer:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--daemonize", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         client = redis.Redis(port=self.port)
         deadline = time.monotonic() + 10
         while True:
@@ -72,9 +85,14 @@ def own_redis():
 
 def _record(task, run, n: int, start: int = 0) -> None:
     with transaction.atomic():
-        events_record(task=task, run=run, events=[
-            PendingEvent("agent.run.status.changed", {"from": "x", "to": "y", "i": start + i})
-            for i in range(n)])
+        events_record(
+            task=task,
+            run=run,
+            events=[
+                PendingEvent("agent.run.status.changed", {"from": "x", "to": "y", "i": start + i})
+                for i in range(n)
+            ],
+        )
 
 
 def test_events_stay_pending_while_redis_is_down_and_all_arrive_after(workspace, own_redis):
@@ -82,8 +100,9 @@ def test_events_stay_pending_while_redis_is_down_and_all_arrive_after(workspace,
     run = Run.objects.create(task=task, run_no=1)
     stream = f"test_h4.outage.{uuid.uuid4().hex}"
     url = f"redis://127.0.0.1:{own_redis.port}/0"
-    with override_settings(EVENT_STREAM_REDIS_URL=url, EVENT_STREAM_NAME=stream,
-                           EVENT_CONSUMERS=[]):
+    with override_settings(
+        EVENT_STREAM_REDIS_URL=url, EVENT_STREAM_NAME=stream, EVENT_CONSUMERS=[]
+    ):
         _record(task, run, 3)
         assert outbox_drain().published == 3
 

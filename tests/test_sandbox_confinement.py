@@ -19,8 +19,10 @@ pytestmark = pytest.mark.no_services
 @pytest.fixture
 def sandbox(tmp_path, settings):
     settings.SANDBOX_ROOT = tmp_path / "sandboxes"
-    box = LocalSandbox("run-confined", ResourceLimits(cpu_seconds=5, memory_bytes=1024**3,
-                                                      file_size_bytes=1024 * 1024))
+    box = LocalSandbox(
+        "run-confined",
+        ResourceLimits(cpu_seconds=5, memory_bytes=1024**3, file_size_bytes=1024 * 1024),
+    )
     box.create()
     yield box
     box.remove()
@@ -47,8 +49,9 @@ def test_output_is_capped(sandbox, settings):
 
 
 def test_file_size_limit_stops_runaway_writes(sandbox):
-    result = sandbox.run([sys.executable, "-c",
-                          "open('big', 'wb').write(b'0' * (4 * 1024 * 1024))"])
+    result = sandbox.run(
+        [sys.executable, "-c", "open('big', 'wb').write(b'0' * (4 * 1024 * 1024))"]
+    )
 
     assert not result.ok
     assert (sandbox.path / "big").stat().st_size <= 1024 * 1024

@@ -20,14 +20,30 @@ PRODUCTION = {
 
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items()
-             if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL", "SECRET_KEY",
-                          "DEBUG", "DJANGO_SETTINGS_MODULE"}}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in {
+            "DATABASE_URL",
+            "CELERY_BROKER_URL",
+            "REDIS_URL",
+            "SECRET_KEY",
+            "DEBUG",
+            "DJANGO_SETTINGS_MODULE",
+        }
+    }
     clean["DJANGO_SETTINGS_MODULE"] = "agentplatform.settings"
     clean["AGENTPLATFORM_VAR_DIR"] = env.pop("AGENTPLATFORM_VAR_DIR", str(ROOT / "var" / "ci"))
     clean.update(env)
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=clean,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_production_mode_refuses_debug():
@@ -56,8 +72,13 @@ def test_embedded_default_needs_no_configuration(tmp_path):
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("DEBUG", "maybe"), ("RUN_LEASE_SECONDS", "soon"), ("DATABASE_URL", "mysql://x/y"),
-     ("CELERY_BROKER_URL", "sqs://nowhere"), ("BUDGET_COST_USD", "lots")],
+    [
+        ("DEBUG", "maybe"),
+        ("RUN_LEASE_SECONDS", "soon"),
+        ("DATABASE_URL", "mysql://x/y"),
+        ("CELERY_BROKER_URL", "sqs://nowhere"),
+        ("BUDGET_COST_USD", "lots"),
+    ],
 )
 def test_a_bad_value_fails_loudly_with_its_name(name, value, tmp_path):
     result = manage("check", AGENTPLATFORM_VAR_DIR=str(tmp_path), **{name: value})

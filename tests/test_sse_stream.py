@@ -54,10 +54,24 @@ class ApiServer:
         self.log_path = log_dir / f"uvicorn-{self.port}.log"
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "agentplatform.asgi:application",
-             "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning",
-             "--timeout-graceful-shutdown", "2"],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "agentplatform.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+                "--timeout-graceful-shutdown",
+                "2",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -102,8 +116,9 @@ def record(run: Run, *types: str, terminal: str | None = None) -> float:
     with transaction.atomic():
         if terminal:
             Run.objects.filter(pk=run.pk).update(status=terminal)
-        events_record(task=run.task, run=run, events=[PendingEvent(t, {"n": i})
-                                                      for i, t in enumerate(types)])
+        events_record(
+            task=run.task, run=run, events=[PendingEvent(t, {"n": i}) for i, t in enumerate(types)]
+        )
         before_commit = time.monotonic()
     return before_commit
 
@@ -133,9 +148,15 @@ def test_replays_then_delivers_live_events_soon_after_commit(server, run_and_tok
 
     def listen() -> None:
         try:
-            with httpx.Client(timeout=30) as client, connect_sse(
-                client, "GET", f"{server.url}/api/runs/{run.id}/stream", headers=_headers(secret)
-            ) as source:
+            with (
+                httpx.Client(timeout=30) as client,
+                connect_sse(
+                    client,
+                    "GET",
+                    f"{server.url}/api/runs/{run.id}/stream",
+                    headers=_headers(secret),
+                ) as source,
+            ):
                 assert source.response.headers["content-type"].startswith("text/event-stream")
                 for sse in source.iter_sse():
                     if sse.retry is not None:
@@ -173,8 +194,9 @@ def test_resume_with_last_event_id_loses_and_duplicates_nothing(server, run_and_
     record(run, *["agent.run.status.changed"] * 5)
     seen: list[int] = []
     with httpx.Client(timeout=30) as client:
-        with connect_sse(client, "GET", f"{server.url}/api/runs/{run.id}/stream",
-                         headers=_headers(secret)) as source:
+        with connect_sse(
+            client, "GET", f"{server.url}/api/runs/{run.id}/stream", headers=_headers(secret)
+        ) as source:
             for sse in source.iter_sse():
                 if sse.id:
                     seen.append(int(sse.id))
@@ -182,17 +204,24 @@ def test_resume_with_last_event_id_loses_and_duplicates_nothing(server, run_and_
                     break
         # Events committed while the client is away.
         record(run, *["agent.tool.call.completed"] * 3)
-        with connect_sse(client, "GET", f"{server.url}/api/runs/{run.id}/stream",
-                         headers=_headers(secret, last=seen[-1])) as source:
+        with connect_sse(
+            client,
+            "GET",
+            f"{server.url}/api/runs/{run.id}/stream",
+            headers=_headers(secret, last=seen[-1]),
+        ) as source:
             for sse in source.iter_sse():
                 if sse.id:
                     seen.append(int(sse.id))
                 if len(seen) == 8:
-                    record(run, "agent.run.failed", "agent.task.failed",
-                           terminal=Run.Status.FAILED)
+                    record(run, "agent.run.failed", "agent.task.failed", terminal=Run.Status.FAILED)
         # Resuming after the end replays nothing and ends at once.
-        with connect_sse(client, "GET", f"{server.url}/api/runs/{run.id}/stream",
-                         headers=_headers(secret, last=seen[-1])) as source:
+        with connect_sse(
+            client,
+            "GET",
+            f"{server.url}/api/runs/{run.id}/stream",
+            headers=_headers(secret, last=seen[-1]),
+        ) as source:
             assert [sse.id for sse in source.iter_sse() if sse.id] == []
 
     assert seen == list(range(1, 11))
@@ -200,9 +229,12 @@ def test_resume_with_last_event_id_loses_and_duplicates_nothing(server, run_and_
 
 def test_keepalive_comments_are_sent_while_nothing_happens(server, run_and_token):
     run, secret = run_and_token
-    with httpx.Client(timeout=30) as client, client.stream(
-        "GET", f"{server.url}/api/runs/{run.id}/stream", headers=_headers(secret)
-    ) as response:
+    with (
+        httpx.Client(timeout=30) as client,
+        client.stream(
+            "GET", f"{server.url}/api/runs/{run.id}/stream", headers=_headers(secret)
+        ) as response,
+    ):
         text = ""
         for chunk in response.iter_text():
             text += chunk
@@ -230,9 +262,13 @@ def test_stream_is_scoped_and_authenticated(server, run_and_token):
 def test_hundred_open_streams_do_not_block_other_requests(server, run_and_token):
     run, secret = run_and_token
     other_task = Task.objects.get(pk=run.task_id)
-    runs = [run] + [Run.objects.create(task=TaskFactory(workspace=other_task.workspace,
-                                                        repository=other_task.repository),
-                                       run_no=1) for _ in range(3)]
+    runs = [run] + [
+        Run.objects.create(
+            task=TaskFactory(workspace=other_task.workspace, repository=other_task.repository),
+            run_no=1,
+        )
+        for _ in range(3)
+    ]
 
     async def scenario() -> dict[str, Any]:
         limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
@@ -243,9 +279,12 @@ def test_hundred_open_streams_do_not_block_other_requests(server, run_and_token)
 
             async def stream(target: Run) -> None:
                 nonlocal connected
-                async with aconnect_sse(client, "GET",
-                                        f"{server.url}/api/runs/{target.id}/stream",
-                                        headers=_headers(secret)) as source:
+                async with aconnect_sse(
+                    client,
+                    "GET",
+                    f"{server.url}/api/runs/{target.id}/stream",
+                    headers=_headers(secret),
+                ) as source:
                     async for sse in source.aiter_sse():
                         if sse.retry is not None:
                             connected += 1
@@ -257,15 +296,21 @@ def test_hundred_open_streams_do_not_block_other_requests(server, run_and_token)
             streams = [asyncio.create_task(stream(runs[i % len(runs)])) for i in range(100)]
             await asyncio.wait_for(all_connected.wait(), 30)
             started = time.monotonic()
-            responses = await asyncio.gather(*[
-                client.get(f"{server.url}/api/runs/{run.id}/", headers=_headers(secret))
-                for _ in range(20)
-            ], client.get(f"{server.url}/healthz"))
+            responses = await asyncio.gather(
+                *[
+                    client.get(f"{server.url}/api/runs/{run.id}/", headers=_headers(secret))
+                    for _ in range(20)
+                ],
+                client.get(f"{server.url}/healthz"),
+            )
             elapsed = time.monotonic() - started
             await asyncio.to_thread(_complete_all, runs)
             await asyncio.wait_for(asyncio.gather(*streams), 30)
-            return {"statuses": [r.status_code for r in responses], "elapsed": elapsed,
-                    "delivered": len(delivered)}
+            return {
+                "statuses": [r.status_code for r in responses],
+                "elapsed": elapsed,
+                "delivered": len(delivered),
+            }
 
     outcome = asyncio.run(scenario())
 

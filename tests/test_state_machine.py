@@ -12,11 +12,19 @@ from tests.factories import TaskFactory
 S = Run.Status
 
 DESIGN_EDGES = [
-    ("queued", "preparing"), ("preparing", "context_loading"),
-    ("context_loading", "planning"), ("planning", "running"), ("running", "verifying"),
-    ("verifying", "judging"), ("verifying", "running"), ("judging", "awaiting_approval"),
-    ("judging", "creating_pr"), ("judging", "running"), ("awaiting_approval", "creating_pr"),
-    ("awaiting_approval", "failed"), ("creating_pr", "completed"),
+    ("queued", "preparing"),
+    ("preparing", "context_loading"),
+    ("context_loading", "planning"),
+    ("planning", "running"),
+    ("running", "verifying"),
+    ("verifying", "judging"),
+    ("verifying", "running"),
+    ("judging", "awaiting_approval"),
+    ("judging", "creating_pr"),
+    ("judging", "running"),
+    ("awaiting_approval", "creating_pr"),
+    ("awaiting_approval", "failed"),
+    ("creating_pr", "completed"),
 ]
 
 
@@ -35,8 +43,9 @@ def test_any_active_state_can_end(source, target):
 
 @pytest.mark.no_services
 def test_nothing_else_is_allowed():
-    allowed = set(DESIGN_EDGES) | {(s, t) for s in ACTIVE for t in ("cancelled", "failed",
-                                                                    "timed_out")}
+    allowed = set(DESIGN_EDGES) | {
+        (s, t) for s in ACTIVE for t in ("cancelled", "failed", "timed_out")
+    }
     for source in S.values:
         for target in S.values:
             if (source, target) in allowed:

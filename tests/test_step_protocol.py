@@ -97,5 +97,13 @@ def test_each_state_is_passed_through_in_process(run):
         if run.is_terminal:
             break
         statuses.append(step_execute(run_id=str(run.id), step_no=run.step_no))
-    assert statuses == ["preparing", "context_loading", "planning", "running", "verifying",
-                        "judging", "creating_pr", "completed"]
+    assert statuses == [
+        "preparing",
+        "context_loading",
+        "planning",
+        "running",
+        "verifying",
+        "judging",
+        "creating_pr",
+        "completed",
+    ]

@@ -13,8 +13,12 @@ pytestmark = pytest.mark.django_db
 
 
 def submit(repository, **kwargs):
-    return task_submit(workspace=repository.workspace, repository=repository,
-                       instruction=kwargs.pop("instruction", "Fix add()"), **kwargs)
+    return task_submit(
+        workspace=repository.workspace,
+        repository=repository,
+        instruction=kwargs.pop("instruction", "Fix add()"),
+        **kwargs,
+    )
 
 
 def test_submit_records_task_run_events_and_outbox_and_dispatches_on_commit(
@@ -29,8 +33,12 @@ def test_submit_records_task_run_events_and_outbox_and_dispatches_on_commit(
     run = submission.run
     assert run is not None and run.status == Run.Status.QUEUED and run.run_no == 1
     types = list(run.events.order_by("sequence_no").values_list("type", flat=True))
-    assert types == ["agent.task.submitted", "agent.task.accepted", "agent.task.queued",
-                     "agent.run.queued"]
+    assert types == [
+        "agent.task.submitted",
+        "agent.task.accepted",
+        "agent.task.queued",
+        "agent.run.queued",
+    ]
     outbox = OutboxEvent.objects.filter(partition_key=str(run.id)).order_by("id")
     assert [row.type for row in outbox] == types
     envelope = outbox[0].payload
@@ -72,8 +80,9 @@ def test_over_the_workspace_limit_the_task_is_deferred_then_readmitted():
     assert second.run is None
     assert second.task.status == Task.Status.DEFERRED
     assert "limit" in second.task.status_reason
-    deferred = OutboxEvent.objects.filter(partition_key=str(second.task.id),
-                                          type="agent.task.deferred")
+    deferred = OutboxEvent.objects.filter(
+        partition_key=str(second.task.id), type="agent.task.deferred"
+    )
     assert deferred.exists()
 
     assert tasks_readmit() == 0  # still no capacity

@@ -36,11 +36,18 @@ for i in range(int(sys.argv[2])):
 def test_two_processes_appending_at_once_leave_no_gaps_and_no_duplicates():
     run = Run.objects.create(task=TaskFactory(), run_no=1)
     db = settings.DATABASES["default"]
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings",
-           "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+    }
     writers = [
-        subprocess.Popen([sys.executable, "-c", APPEND, str(run.id), "60", name], cwd=ROOT,
-                         env=env, stderr=subprocess.PIPE)
+        subprocess.Popen(
+            [sys.executable, "-c", APPEND, str(run.id), "60", name],
+            cwd=ROOT,
+            env=env,
+            stderr=subprocess.PIPE,
+        )
         for name in ("a", "b")
     ]
     for writer in writers:

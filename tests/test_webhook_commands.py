@@ -23,8 +23,10 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 def webhook_settings(settings, monkeypatch):
     settings.GITHUB_WEBHOOK_SECRET = GITHUB_SECRET
     # Read by the worker process, which submits the tasks.
-    monkeypatch.setenv("WEBHOOK_TASK_MODEL_OPTIONS",
-                       json.dumps({"provider": "scripted", "script": followup_script()}))
+    monkeypatch.setenv(
+        "WEBHOOK_TASK_MODEL_OPTIONS",
+        json.dumps({"provider": "scripted", "script": followup_script()}),
+    )
 
 
 @pytest.fixture
@@ -52,8 +54,9 @@ def _with_repo(payload: dict[str, Any], full_name: str = "octo/e2e") -> dict[str
     return payload
 
 
-def _comment(number: int, body: str, *, on_pr: bool = False,
-             association: str = "OWNER") -> dict[str, Any]:
+def _comment(
+    number: int, body: str, *, on_pr: bool = False, association: str = "OWNER"
+) -> dict[str, Any]:
     payload = _with_repo(corpus("github", "issue_comment/created"))
     payload["issue"]["number"] = number
     if on_pr:
@@ -69,8 +72,10 @@ def test_issue_review_ci_and_merge_drive_the_task(client, mapped, start_worker):
     issue["label"]["name"] = "agent"
     assert github_post(client, issue, "issues").status_code == 202
 
-    task = wait_for(lambda: Task.objects.filter(
-        idempotency_key="github:issue:octo/e2e#1").first(), message="task from the issue")
+    task = wait_for(
+        lambda: Task.objects.filter(idempotency_key="github:issue:octo/e2e#1").first(),
+        message="task from the issue",
+    )
     assert task.source == "webhook"
     assert task.source_ref["issue_number"] == 1
     first = _run(task, 1)
@@ -107,29 +112,42 @@ def test_issue_review_ci_and_merge_drive_the_task(client, mapped, start_worker):
     closed["pull_request"]["head"]["ref"] = pr.branch
     closed["pull_request"]["number"] = pr.number
     assert github_post(client, closed, "pull_request").status_code == 202
-    wait_for(lambda: PullRequest.objects.filter(pk=pr.pk, state="merged").exists(),
-             message="PR merged")
-    wait_for(lambda: Task.objects.filter(pk=task.pk, status="completed").exists(),
-             message="task completed")
+    wait_for(
+        lambda: PullRequest.objects.filter(pk=pr.pk, state="merged").exists(), message="PR merged"
+    )
+    wait_for(
+        lambda: Task.objects.filter(pk=task.pk, status="completed").exists(),
+        message="task completed",
+    )
     assert task.runs.count() == 3
     assert WebhookReceipt.objects.filter(status="failed").count() == 0
 
 
-@pytest.mark.parametrize(("command", "final"), [
-    ("/agent approve looks good", Run.Status.COMPLETED),
-    ("/agent reject not like this", Run.Status.FAILED),
-    ("/agent cancel", Run.Status.CANCELLED),
-])
-def test_approval_and_cancel_commands_from_issue_comments(client, mapped, start_worker,
-                                                          command, final):
+@pytest.mark.parametrize(
+    ("command", "final"),
+    [
+        ("/agent approve looks good", Run.Status.COMPLETED),
+        ("/agent reject not like this", Run.Status.FAILED),
+        ("/agent cancel", Run.Status.CANCELLED),
+    ],
+)
+def test_approval_and_cancel_commands_from_issue_comments(
+    client, mapped, start_worker, command, final
+):
     start_worker()
     submission = task_submit(
-        workspace=mapped.workspace, repository=mapped, instruction="Fix add()",
-        execution_mode=Task.Mode.SUPERVISED_PR, idempotency_key="github:issue:octo/e2e#3",
+        workspace=mapped.workspace,
+        repository=mapped,
+        instruction="Fix add()",
+        execution_mode=Task.Mode.SUPERVISED_PR,
+        idempotency_key="github:issue:octo/e2e#3",
         model_options={"provider": "scripted", "script": demo.fix_script()},
     )
-    wait_for(lambda: _status(submission.run, Run.Status.AWAITING_APPROVAL), timeout=60,
-             message="awaiting approval")
+    wait_for(
+        lambda: _status(submission.run, Run.Status.AWAITING_APPROVAL),
+        timeout=60,
+        message="awaiting approval",
+    )
 
     assert github_post(client, _comment(3, command), "issue_comment").status_code == 202
 
@@ -138,12 +156,18 @@ def test_approval_and_cancel_commands_from_issue_comments(client, mapped, start_
 
 
 def test_agent_comment_on_an_issue_submits_a_task_and_on_its_pr_a_followup(
-        client, mapped, start_worker):
+    client, mapped, start_worker
+):
     start_worker()
-    assert github_post(client, _comment(9, "/agent fix add() in calc/core.py"),
-                       "issue_comment").status_code == 202
-    task = wait_for(lambda: Task.objects.filter(repository=mapped).first(),
-                    message="task from the comment")
+    assert (
+        github_post(
+            client, _comment(9, "/agent fix add() in calc/core.py"), "issue_comment"
+        ).status_code
+        == 202
+    )
+    task = wait_for(
+        lambda: Task.objects.filter(repository=mapped).first(), message="task from the comment"
+    )
     assert task.instruction.startswith("fix add() in calc/core.py")
     assert _run(task, 1).status == Run.Status.COMPLETED
     pr = PullRequest.objects.get(task=task)
@@ -157,9 +181,9 @@ def test_agent_comment_on_an_issue_submits_a_task_and_on_its_pr_a_followup(
 
 @pytest.mark.django_db
 def test_command_from_a_user_without_write_access_is_ignored_with_a_reason(client, mapped):
-    receipt_id = github_post(client, _comment(4, "/agent delete everything",
-                                              association="CONTRIBUTOR"),
-                             "issue_comment").json()["receipt_id"]
+    receipt_id = github_post(
+        client, _comment(4, "/agent delete everything", association="CONTRIBUTOR"), "issue_comment"
+    ).json()["receipt_id"]
     assert webhook_receipt_process(receipt_id=receipt_id) == "ignored"
     receipt = WebhookReceipt.objects.get(pk=receipt_id)
     assert "no write access" in receipt.status_reason

@@ -34,8 +34,14 @@ def mapped(settings):
     settings.GITLAB_COMMAND_USERS = ["root"]
     repository = RepositoryFactory(external_id="Codertocat/Hello-World")
     task = TaskFactory(repository=repository, workspace=repository.workspace)
-    PullRequest.objects.create(task=task, provider="local", branch="changes", base_branch="main",
-                               number=2, head_sha="ec26c3e57ca3a959ca5aad62de7213c562f8c821")
+    PullRequest.objects.create(
+        task=task,
+        provider="local",
+        branch="changes",
+        base_branch="main",
+        number=2,
+        head_sha="ec26c3e57ca3a959ca5aad62de7213c562f8c821",
+    )
     RepositoryFactory(external_id="gitlabhq/gitlab-test", provider="gitlab")
     RepositoryFactory(external_id="gitlab-org/gitlab-test", provider="gitlab")
 
@@ -46,7 +52,9 @@ def _processed(response) -> WebhookReceipt:
     webhook_receipt_process(receipt_id=receipt_id)
     receipt = WebhookReceipt.objects.get(pk=receipt_id)
     assert receipt.status in {WebhookReceipt.Status.PROCESSED, WebhookReceipt.Status.IGNORED}, (
-        receipt.status_reason, receipt.error)
+        receipt.status_reason,
+        receipt.error,
+    )
     assert receipt.error == ""
     return receipt
 
@@ -55,9 +63,15 @@ def _processed(response) -> WebhookReceipt:
 def test_github_payload_is_accepted_and_processed(client, path: Path):
     body = path.read_bytes()  # the pretty-printed file bytes, signed exactly as sent
     response = client.post(
-        "/webhooks/github/", data=body, content_type="application/json",
-        headers={"X-GitHub-Event": path.parent.name, "X-GitHub-Delivery": path.name,
-                 "X-GitHub-Hook-ID": "7", "X-Hub-Signature-256": sign(body)},
+        "/webhooks/github/",
+        data=body,
+        content_type="application/json",
+        headers={
+            "X-GitHub-Event": path.parent.name,
+            "X-GitHub-Delivery": path.name,
+            "X-GitHub-Hook-ID": "7",
+            "X-Hub-Signature-256": sign(body),
+        },
     )
     receipt = _processed(response)
     assert receipt.event == path.parent.name
@@ -68,9 +82,15 @@ def test_gitlab_payload_is_accepted_and_processed(client, path: Path):
     body = path.read_bytes()
     kind = json.loads(body)["object_kind"]
     response = client.post(
-        "/webhooks/gitlab/", data=body, content_type="application/json",
-        headers={"X-Gitlab-Event": GITLAB_EVENTS[kind], "X-Gitlab-Token": GITLAB_TOKEN,
-                 "X-Gitlab-Event-UUID": f"uuid-{path.name}", "Idempotency-Key": path.name},
+        "/webhooks/gitlab/",
+        data=body,
+        content_type="application/json",
+        headers={
+            "X-Gitlab-Event": GITLAB_EVENTS[kind],
+            "X-Gitlab-Token": GITLAB_TOKEN,
+            "X-Gitlab-Event-UUID": f"uuid-{path.name}",
+            "Idempotency-Key": path.name,
+        },
     )
     receipt = _processed(response)
     assert receipt.delivery_id == path.name

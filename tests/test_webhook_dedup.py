@@ -41,7 +41,8 @@ def _agent_comment(full_name: str, number: int, body: str, *, on_pr: bool) -> di
 
 @pytest.mark.django_db
 def test_duplicate_delivery_is_answered_200_and_dispatched_once(
-        client, django_capture_on_commit_callbacks):
+    client, django_capture_on_commit_callbacks
+):
     payload = corpus("github", "issues/opened")
     with django_capture_on_commit_callbacks() as callbacks:
         first = github_post(client, payload, "issues", delivery="same-guid")
@@ -66,15 +67,18 @@ def test_same_delivery_id_on_two_hooks_is_two_receipts(client):
 def test_concurrent_identical_deliveries_are_processed_exactly_once(live_server):
     repository = RepositoryFactory(external_id="octo/concurrent")
     body = json.dumps(_labelled_issue("octo/concurrent")).encode()
-    headers = {**github_headers(body, "issues", delivery="race-guid"),
-               "Content-Type": "application/json"}
+    headers = {
+        **github_headers(body, "issues", delivery="race-guid"),
+        "Content-Type": "application/json",
+    }
     barrier = threading.Barrier(8)
     answers: list[tuple[int, dict[str, Any]]] = []
 
     def deliver() -> None:
         barrier.wait()
-        response = httpx.post(f"{live_server.url}/webhooks/github/", content=body,
-                              headers=headers, timeout=10)
+        response = httpx.post(
+            f"{live_server.url}/webhooks/github/", content=body, headers=headers, timeout=10
+        )
         answers.append((response.status_code, response.json()))
 
     threads = [threading.Thread(target=deliver) for _ in range(8)]
@@ -110,12 +114,15 @@ def test_concurrent_identical_deliveries_are_processed_exactly_once(live_server)
 def test_same_comment_under_two_delivery_ids_acts_once(client):
     repository = RepositoryFactory(external_id="octo/dedup")
     task = TaskFactory(repository=repository, workspace=repository.workspace)
-    PullRequest.objects.create(task=task, provider="local", branch="agent/x", base_branch="main",
-                               number=5)
+    PullRequest.objects.create(
+        task=task, provider="local", branch="agent/x", base_branch="main", number=5
+    )
     payload = _agent_comment("octo/dedup", 5, "/agent please also update the docs", on_pr=True)
 
-    ids = [github_post(client, payload, "issue_comment", delivery=d).json()["receipt_id"]
-           for d in ("first-guid", "second-guid")]
+    ids = [
+        github_post(client, payload, "issue_comment", delivery=d).json()["receipt_id"]
+        for d in ("first-guid", "second-guid")
+    ]
     statuses = [webhook_receipt_process(receipt_id=i) for i in ids]
 
     assert statuses == ["processed", "ignored"]
@@ -140,11 +147,18 @@ def test_same_ci_failure_under_two_delivery_ids_starts_one_followup(client):
     repository = RepositoryFactory(external_id="Codertocat/Hello-World")
     task = TaskFactory(repository=repository, workspace=repository.workspace)
     payload = corpus("github", "check_run/completed.1")
-    PullRequest.objects.create(task=task, provider="local", branch="changes", base_branch="main",
-                               number=2, head_sha=payload["check_run"]["head_sha"])
+    PullRequest.objects.create(
+        task=task,
+        provider="local",
+        branch="changes",
+        base_branch="main",
+        number=2,
+        head_sha=payload["check_run"]["head_sha"],
+    )
     for delivery in ("ci-1", "ci-2"):
-        receipt_id = github_post(client, payload, "check_run",
-                                 delivery=delivery).json()["receipt_id"]
+        receipt_id = github_post(client, payload, "check_run", delivery=delivery).json()[
+            "receipt_id"
+        ]
         webhook_receipt_process(receipt_id=receipt_id)
     assert Run.objects.filter(task=task).count() == 1
     assert "failure" in Run.objects.get(task=task).feedback

@@ -20,9 +20,17 @@ pytestmark = pytest.mark.django_db
 
 def _delivery(id_: int, guid: str, status_code: int, hours_ago: float = 1) -> dict[str, Any]:
     delivered = timezone.now() - timezone.timedelta(hours=hours_ago)
-    return {"id": id_, "guid": guid, "delivered_at": delivered.isoformat(), "redelivery": False,
-            "duration": 0.1, "status": "OK" if status_code < 300 else "failed",
-            "status_code": status_code, "event": "issues", "action": "labeled"}
+    return {
+        "id": id_,
+        "guid": guid,
+        "delivered_at": delivered.isoformat(),
+        "redelivery": False,
+        "duration": 0.1,
+        "status": "OK" if status_code < 300 else "failed",
+        "status_code": status_code,
+        "event": "issues",
+        "action": "labeled",
+    }
 
 
 class FakeGitHub:
@@ -30,10 +38,16 @@ class FakeGitHub:
 
     def __init__(self) -> None:
         self.pages = [
-            [_delivery(10, "ok-guid", 200), _delivery(9, "failed-guid", 502),
-             _delivery(8, "retried-guid", 200)],
-            [_delivery(7, "retried-guid", 500), _delivery(6, "received-guid", 0),
-             _delivery(5, "old-guid", 500, hours_ago=100)],
+            [
+                _delivery(10, "ok-guid", 200),
+                _delivery(9, "failed-guid", 502),
+                _delivery(8, "retried-guid", 200),
+            ],
+            [
+                _delivery(7, "retried-guid", 500),
+                _delivery(6, "received-guid", 0),
+                _delivery(5, "old-guid", 500, hours_ago=100),
+            ],
         ]
         self.attempts: list[str] = []
         self.authorization: list[str] = []
@@ -86,8 +100,9 @@ def github(settings) -> Iterator[FakeGitHub]:
 
 
 def test_failed_deliveries_are_redelivered_once(github):
-    WebhookReceipt.objects.create(provider="github", hook_id="42", delivery_id="received-guid",
-                                  event="issues")
+    WebhookReceipt.objects.create(
+        provider="github", hook_id="42", delivery_id="received-guid", event="issues"
+    )
     out = StringIO()
     call_command("webhooks_redeliver", "octo/app", "42", stdout=out)
 

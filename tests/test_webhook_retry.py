@@ -17,20 +17,29 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_failing_receipt_retries_then_dead_letters_and_can_be_reprocessed(
-        monkeypatch, start_worker):
+    monkeypatch, start_worker
+):
     monkeypatch.setenv("WEBHOOK_PROCESS_MAX_RETRIES", "1")
     start_worker(queues="webhooks", concurrency=1)
     payload = corpus("github", "issues/labeled")
     # A repository id that is not a number: the lookup fails for real, every attempt.
     receipt = WebhookReceipt.objects.create(
-        provider="github", hook_id="1", delivery_id="broken", event="issues",
-        action="labeled", payload=payload, repository_ids=["not-a-number"],
+        provider="github",
+        hook_id="1",
+        delivery_id="broken",
+        event="issues",
+        action="labeled",
+        payload=payload,
+        repository_ids=["not-a-number"],
     )
     with transaction.atomic():
         transaction.on_commit(lambda: receipt_dispatch(receipt.pk))
 
-    letter = wait_for(lambda: DeadLetter.objects.filter(
-        task_name="webhooks.receipt_process").first(), timeout=60, message="dead letter")
+    letter = wait_for(
+        lambda: DeadLetter.objects.filter(task_name="webhooks.receipt_process").first(),
+        timeout=60,
+        message="dead letter",
+    )
     assert letter.args == [receipt.pk]
     receipt.refresh_from_db()
     assert receipt.status == WebhookReceipt.Status.FAILED
@@ -40,9 +49,13 @@ def test_failing_receipt_retries_then_dead_letters_and_can_be_reprocessed(
     WebhookReceipt.objects.filter(pk=receipt.pk).update(repository_ids=[])
     assert webhook_receipt_reprocess(receipt=receipt, by="operator") is True
 
-    done = wait_for(lambda: WebhookReceipt.objects.filter(
-        pk=receipt.pk, status__in=["processed", "ignored"]).first(), timeout=30,
-        message="reprocessed receipt")
+    done = wait_for(
+        lambda: WebhookReceipt.objects.filter(
+            pk=receipt.pk, status__in=["processed", "ignored"]
+        ).first(),
+        timeout=30,
+        message="reprocessed receipt",
+    )
     assert done.error == ""
     assert done.attempts == 3
 

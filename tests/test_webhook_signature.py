@@ -30,13 +30,19 @@ def secrets(settings):
 
 
 def _refusals(provider: str, reason: str) -> float:
-    return REGISTRY.get_sample_value("agentplatform_webhook_signature_failures_total",
-                                     {"provider": provider, "reason": reason}) or 0.0
+    return (
+        REGISTRY.get_sample_value(
+            "agentplatform_webhook_signature_failures_total",
+            {"provider": provider, "reason": reason},
+        )
+        or 0.0
+    )
 
 
 def test_signature_matches_githubs_check_vector():
     assert github_signature(secret="It's a Secret to Everybody", body=b"Hello, World!") == (
-        "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17")
+        "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+    )
 
 
 def test_valid_signature_is_accepted_and_the_signature_is_not_stored(client):
@@ -49,21 +55,25 @@ def test_valid_signature_is_accepted_and_the_signature_is_not_stored(client):
     assert "x-github-event" in stored
 
 
-@pytest.mark.parametrize(("signature", "reason"), [
-    (None, "missing"),
-    ("sha256=" + "0" * 64, "mismatch"),
-    ("sha1=abc", "malformed"),
-    ("sha256=not-hex-" + "z" * 56, "malformed"),
-    ("garbage", "malformed"),
-])
+@pytest.mark.parametrize(
+    ("signature", "reason"),
+    [
+        (None, "missing"),
+        ("sha256=" + "0" * 64, "mismatch"),
+        ("sha1=abc", "malformed"),
+        ("sha256=not-hex-" + "z" * 56, "malformed"),
+        ("garbage", "malformed"),
+    ],
+)
 def test_bad_signature_is_refused_with_401_and_nothing_is_stored(client, signature, reason):
     body = json.dumps(corpus("github", "issues/labeled")).encode()
     before = _refusals("github", reason)
     headers = {"X-GitHub-Event": "issues", "X-GitHub-Delivery": "d-1", "X-GitHub-Hook-ID": "1"}
     if signature is not None:
         headers["X-Hub-Signature-256"] = signature
-    response = client.post("/webhooks/github/", data=body, content_type="application/json",
-                           headers=headers)
+    response = client.post(
+        "/webhooks/github/", data=body, content_type="application/json", headers=headers
+    )
 
     assert response.status_code == 401
     assert response.json()["error"] == f"signature_{reason}"
@@ -80,10 +90,14 @@ def test_signature_with_another_secret_is_refused(client):
 
 def test_signature_over_other_bytes_is_refused(client):
     body = json.dumps(corpus("github", "issues/opened")).encode()
-    headers = {"X-GitHub-Event": "issues", "X-GitHub-Delivery": "d-2",
-               "X-Hub-Signature-256": sign(body + b" ")}
-    response = client.post("/webhooks/github/", data=body, content_type="application/json",
-                           headers=headers)
+    headers = {
+        "X-GitHub-Event": "issues",
+        "X-GitHub-Delivery": "d-2",
+        "X-Hub-Signature-256": sign(body + b" "),
+    }
+    response = client.post(
+        "/webhooks/github/", data=body, content_type="application/json", headers=headers
+    )
     assert response.status_code == 401
 
 
@@ -95,8 +109,9 @@ def test_no_secret_configured_refuses_everything(client, settings):
 
 
 def test_repository_secret_replaces_the_environment_secret(client):
-    repository = RepositoryFactory(external_id="Codertocat/Hello-World",
-                                   webhook_secret="repository-secret")
+    repository = RepositoryFactory(
+        external_id="Codertocat/Hello-World", webhook_secret="repository-secret"
+    )
     payload = corpus("github", "issues/opened")
 
     refused = github_post(client, payload, "issues")  # signed with the environment secret

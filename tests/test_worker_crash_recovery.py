@@ -19,24 +19,40 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 def slow_fix_script() -> dict:
     """The demo fix with a 4-second command in the middle of the running step."""
     script = demo.fix_script()
-    slow = {"content": "Thinking slowly.", "tool_calls": [{"name": "run_command", "arguments": {
-        "command": f"{sys.executable} -c \"__import__('time').sleep(4)\""}}]}
+    slow = {
+        "content": "Thinking slowly.",
+        "tool_calls": [
+            {
+                "name": "run_command",
+                "arguments": {"command": f"{sys.executable} -c \"__import__('time').sleep(4)\""},
+            }
+        ],
+    }
     script["turns"].insert(2, slow)
     return script
 
 
 def test_a_run_whose_worker_was_killed_completes_on_a_new_worker(
-    workspace, repository, start_worker,
+    workspace,
+    repository,
+    start_worker,
 ):
     first = start_worker("doomed")
-    submission = task_submit(workspace=workspace, repository=repository, instruction="Fix add()",
-                             model_options={"provider": "scripted", "script": slow_fix_script()})
+    submission = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Fix add()",
+        model_options={"provider": "scripted", "script": slow_fix_script()},
+    )
     run = submission.run
 
     def mid_running_step():
         run.refresh_from_db()
-        return run.status == Run.Status.RUNNING and run.lease_owner and run.model_turns.filter(
-            purpose="act").count() >= 3
+        return (
+            run.status == Run.Status.RUNNING
+            and run.lease_owner
+            and run.model_turns.filter(purpose="act").count() >= 3
+        )
 
     wait_for(mid_running_step, timeout=60, message="the slow command to start")
     first.kill()
@@ -45,8 +61,12 @@ def test_a_run_whose_worker_was_killed_completes_on_a_new_worker(
 
     start_worker("successor")
     # The lease (3 s in tests) expires with no heartbeat; the reaper recovers the run.
-    wait_for(lambda: zombies_reap().recovered, timeout=30, interval=0.5,
-             message="the reaper to recover the run")
+    wait_for(
+        lambda: zombies_reap().recovered,
+        timeout=30,
+        interval=0.5,
+        message="the reaper to recover the run",
+    )
 
     def ended():
         run.refresh_from_db()

@@ -28,10 +28,16 @@ GITHUB = "github"
 GITLAB = "gitlab"
 
 # Never stored: they carry the secret (GitLab) or something derived from it (GitHub).
-SENSITIVE_HEADERS = frozenset({
-    "x-hub-signature", "x-hub-signature-256", "x-gitlab-token", "authorization", "cookie",
-    "proxy-authorization",
-})
+SENSITIVE_HEADERS = frozenset(
+    {
+        "x-hub-signature",
+        "x-hub-signature-256",
+        "x-gitlab-token",
+        "authorization",
+        "cookie",
+        "proxy-authorization",
+    }
+)
 
 
 class IntakeRefused(Exception):
@@ -106,14 +112,18 @@ def _candidates(provider: str, external_id: str) -> list[_Candidate]:
     A repository with its own secret is only reachable through that secret; repositories
     without one share the environment fallback.
     """
-    fallback = (settings.GITHUB_WEBHOOK_SECRET if provider == GITHUB
-                else settings.GITLAB_WEBHOOK_TOKEN)
+    fallback = (
+        settings.GITHUB_WEBHOOK_SECRET if provider == GITHUB else settings.GITLAB_WEBHOOK_TOKEN
+    )
     other = GITLAB if provider == GITHUB else GITHUB
     by_secret: dict[str, _Candidate] = {}
     shared = _Candidate(secret=fallback)
     if external_id:
-        rows = (Repository.objects.filter(external_id=external_id).exclude(provider=other)
-                .values_list("pk", "webhook_secret"))
+        rows = (
+            Repository.objects.filter(external_id=external_id)
+            .exclude(provider=other)
+            .values_list("pk", "webhook_secret")
+        )
         for pk, secret in rows:
             if secret:
                 by_secret.setdefault(secret, _Candidate(secret=secret)).repository_ids.append(pk)
@@ -143,8 +153,9 @@ def github_verify(*, body: bytes, signature: str, external_id: str) -> list[int]
         raise _signature_refused(GITHUB, "missing", "X-Hub-Signature-256 header is missing")
     prefix, _, digest = signature.partition("=")
     if prefix != "sha256" or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-        raise _signature_refused(GITHUB, "malformed",
-                                 "X-Hub-Signature-256 must be sha256=<64 hex digits>")
+        raise _signature_refused(
+            GITHUB, "malformed", "X-Hub-Signature-256 must be sha256=<64 hex digits>"
+        )
     candidates = _candidates(GITHUB, external_id)
     if not candidates:
         raise _signature_refused(GITHUB, "no_secret", "no webhook secret is configured")
@@ -178,8 +189,7 @@ def gitlab_verify(*, token: str, external_id: str) -> list[int]:
 
 
 def headers_storable(headers: Mapping[str, str]) -> dict[str, str]:
-    return {name: value for name, value in headers.items()
-            if name.lower() not in SENSITIVE_HEADERS}
+    return {name: value for name, value in headers.items() if name.lower() not in SENSITIVE_HEADERS}
 
 
 def receipt_dispatch(receipt_id: int) -> None:
@@ -189,8 +199,16 @@ def receipt_dispatch(receipt_id: int) -> None:
 
 
 def webhook_receipt_record(
-    *, provider: str, event: str, hook_id: str, delivery_id: str, headers: Mapping[str, str],
-    payload: dict[str, Any], repository_ids: list[int], size_bytes: int, started: float,
+    *,
+    provider: str,
+    event: str,
+    hook_id: str,
+    delivery_id: str,
+    headers: Mapping[str, str],
+    payload: dict[str, Any],
+    repository_ids: list[int],
+    size_bytes: int,
+    started: float,
 ) -> IntakeResult:
     """Insert the receipt and dispatch its processing on commit; a repeat is a duplicate.
 
@@ -198,32 +216,51 @@ def webhook_receipt_record(
     makes the second wait for the first to commit and then fail, so exactly one receipt
     (and one processing message) exists per (provider, hook, delivery).
     """
-    action = payload.get("action") if provider == GITHUB else (
-        (payload.get("object_attributes") or {}).get("action")
-        if isinstance(payload.get("object_attributes"), dict) else ""
+    action = (
+        payload.get("action")
+        if provider == GITHUB
+        else (
+            (payload.get("object_attributes") or {}).get("action")
+            if isinstance(payload.get("object_attributes"), dict)
+            else ""
+        )
     )
     try:
         with transaction.atomic():
             receipt = WebhookReceipt.objects.create(
-                provider=provider, event=event[:100], action=str(action or "")[:100],
-                hook_id=hook_id[:100], delivery_id=delivery_id[:300],
-                headers=headers_storable(headers), payload=payload,
-                repository_ids=repository_ids, size_bytes=size_bytes,
+                provider=provider,
+                event=event[:100],
+                action=str(action or "")[:100],
+                hook_id=hook_id[:100],
+                delivery_id=delivery_id[:300],
+                headers=headers_storable(headers),
+                payload=payload,
+                repository_ids=repository_ids,
+                size_bytes=size_bytes,
                 intake_ms=int((time.monotonic() - started) * 1000),
             )
             transaction.on_commit(lambda: receipt_dispatch(receipt.pk))
     except IntegrityError:
-        existing = WebhookReceipt.objects.filter(
-            provider=provider, hook_id=hook_id[:100], delivery_id=delivery_id[:300]
-        ).values_list("pk", flat=True).first()
+        existing = (
+            WebhookReceipt.objects.filter(
+                provider=provider, hook_id=hook_id[:100], delivery_id=delivery_id[:300]
+            )
+            .values_list("pk", flat=True)
+            .first()
+        )
         if existing is None:
             raise
         metrics.deliveries.labels(provider=provider, outcome="duplicate").inc()
         log.info("webhook.duplicate", provider=provider, delivery_id=delivery_id, hook_id=hook_id)
         return IntakeResult(receipt_id=existing, duplicate=True)
     metrics.deliveries.labels(provider=provider, outcome="accepted").inc()
-    log.info("webhook.received", provider=provider, webhook_event=event,
-             delivery_id=delivery_id, receipt_id=receipt.pk)
+    log.info(
+        "webhook.received",
+        provider=provider,
+        webhook_event=event,
+        delivery_id=delivery_id,
+        receipt_id=receipt.pk,
+    )
     return IntakeResult(receipt_id=receipt.pk, duplicate=False)
 
 
@@ -231,18 +268,26 @@ def github_intake(*, body: bytes, headers: Mapping[str, str], started: float) ->
     """Signature, parse, record: the GitHub delivery in ``body`` (size already checked)."""
     content_type = headers.get("Content-Type", "application/json")
     external_id = _repository_name_peek(GITHUB, body, content_type)
-    repository_ids = github_verify(body=body, signature=headers.get("X-Hub-Signature-256", ""),
-                                   external_id=external_id)
+    repository_ids = github_verify(
+        body=body, signature=headers.get("X-Hub-Signature-256", ""), external_id=external_id
+    )
     payload = payload_parse(body=body, content_type=content_type)
     event = headers.get("X-GitHub-Event", "")
     delivery_id = headers.get("X-GitHub-Delivery", "")
     if not event or not delivery_id:
-        raise IntakeRefused(400, "missing_headers",
-                            "X-GitHub-Event and X-GitHub-Delivery are required")
+        raise IntakeRefused(
+            400, "missing_headers", "X-GitHub-Event and X-GitHub-Delivery are required"
+        )
     return webhook_receipt_record(
-        provider=GITHUB, event=event, hook_id=headers.get("X-GitHub-Hook-ID", ""),
-        delivery_id=delivery_id, headers=headers, payload=payload,
-        repository_ids=repository_ids, size_bytes=len(body), started=started,
+        provider=GITHUB,
+        event=event,
+        hook_id=headers.get("X-GitHub-Hook-ID", ""),
+        delivery_id=delivery_id,
+        headers=headers,
+        payload=payload,
+        repository_ids=repository_ids,
+        size_bytes=len(body),
+        started=started,
     )
 
 
@@ -250,19 +295,26 @@ def gitlab_intake(*, body: bytes, headers: Mapping[str, str], started: float) ->
     """Token, parse, record: the GitLab delivery in ``body`` (size already checked)."""
     content_type = headers.get("Content-Type", "application/json")
     external_id = _repository_name_peek(GITLAB, body, content_type)
-    repository_ids = gitlab_verify(token=headers.get("X-Gitlab-Token", ""),
-                                   external_id=external_id)
+    repository_ids = gitlab_verify(token=headers.get("X-Gitlab-Token", ""), external_id=external_id)
     payload = payload_parse(body=body, content_type=content_type)
     event = headers.get("X-Gitlab-Event", "") or str(payload.get("object_kind") or "")
     # Idempotency-Key (GitLab 17.4+) survives retries and manual resends; older servers
     # only send the event UUID.
     delivery_id = headers.get("Idempotency-Key", "") or headers.get("X-Gitlab-Event-UUID", "")
     if not event or not delivery_id:
-        raise IntakeRefused(400, "missing_headers",
-                            "X-Gitlab-Event and Idempotency-Key or X-Gitlab-Event-UUID "
-                            "are required")
+        raise IntakeRefused(
+            400,
+            "missing_headers",
+            "X-Gitlab-Event and Idempotency-Key or X-Gitlab-Event-UUID are required",
+        )
     return webhook_receipt_record(
-        provider=GITLAB, event=event, hook_id=headers.get("X-Gitlab-Webhook-UUID", ""),
-        delivery_id=delivery_id, headers=headers, payload=payload,
-        repository_ids=repository_ids, size_bytes=len(body), started=started,
+        provider=GITLAB,
+        event=event,
+        hook_id=headers.get("X-Gitlab-Webhook-UUID", ""),
+        delivery_id=delivery_id,
+        headers=headers,
+        payload=payload,
+        repository_ids=repository_ids,
+        size_bytes=len(body),
+        started=started,
     )

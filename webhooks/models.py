@@ -92,7 +92,10 @@ class CiResult(models.Model):
         "runs.Repository", on_delete=models.CASCADE, related_name="ci_results"
     )
     pull_request = models.ForeignKey(
-        "runs.PullRequest", null=True, blank=True, on_delete=models.SET_NULL,
+        "runs.PullRequest",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="ci_results",
     )
     head_sha = models.CharField(max_length=64)

@@ -93,9 +93,11 @@ def _combine(outcomes: Iterable[Outcome]) -> Outcome:
     results = list(outcomes)
     if not results:
         return Outcome.ignored("nothing to do")
-    status = (WebhookReceipt.Status.PROCESSED.value
-              if any(o.status == WebhookReceipt.Status.PROCESSED for o in results)
-              else WebhookReceipt.Status.IGNORED.value)
+    status = (
+        WebhookReceipt.Status.PROCESSED.value
+        if any(o.status == WebhookReceipt.Status.PROCESSED for o in results)
+        else WebhookReceipt.Status.IGNORED.value
+    )
     return Outcome(status, "; ".join(dict.fromkeys(o.reason for o in results))[:500])
 
 
@@ -113,16 +115,19 @@ def _action_claim(*, delivery: Delivery, repository: Repository, key: str) -> bo
     """
     try:
         with transaction.atomic():
-            WebhookAction.objects.create(provider=delivery.provider,
-                                         key=f"{repository.pk}:{key}"[:300],
-                                         receipt=delivery.receipt)
+            WebhookAction.objects.create(
+                provider=delivery.provider,
+                key=f"{repository.pk}:{key}"[:300],
+                receipt=delivery.receipt,
+            )
     except IntegrityError:
         return False
     return True
 
 
-def _agent_pr(repository: Repository, *, branch: str = "",
-              numbers: Iterable[object] = ()) -> PullRequest | None:
+def _agent_pr(
+    repository: Repository, *, branch: str = "", numbers: Iterable[object] = ()
+) -> PullRequest | None:
     """The agent's pull request in ``repository`` with this head branch or number."""
     rows = PullRequest.objects.filter(task__repository=repository).select_related("task")
     if branch:
@@ -135,13 +140,19 @@ def _agent_pr(repository: Repository, *, branch: str = "",
     return None
 
 
-def _submit(*, repository: Repository, instruction: str, key: str, by: str,
-            source_ref: dict[str, Any]) -> Outcome:
+def _submit(
+    *, repository: Repository, instruction: str, key: str, by: str, source_ref: dict[str, Any]
+) -> Outcome:
     try:
         submission = task_submit(
-            workspace=repository.workspace, repository=repository, instruction=instruction,
-            source=Task.Source.WEBHOOK, requested_by=by, idempotency_key=key,
-            model_options=dict(settings.WEBHOOK_TASK_MODEL_OPTIONS), source_ref=source_ref,
+            workspace=repository.workspace,
+            repository=repository,
+            instruction=instruction,
+            source=Task.Source.WEBHOOK,
+            requested_by=by,
+            idempotency_key=key,
+            model_options=dict(settings.WEBHOOK_TASK_MODEL_OPTIONS),
+            source_ref=source_ref,
         )
     except IdempotencyConflict:
         return Outcome.ignored(f"a task for {key} already exists")
@@ -177,15 +188,20 @@ class CommandTarget:
 
 
 def _command_execute(*, delivery: Delivery, target: CommandTarget, args: str) -> Outcome:
-    if not _action_claim(delivery=delivery, repository=target.repository,
-                         key=target.comment_key):
+    if not _action_claim(delivery=delivery, repository=target.repository, key=target.comment_key):
         return Outcome.ignored("comment already acted on")
     verb, _, rest = args.strip().partition(" ")
     verb = verb.lower()
     if verb in {"approve", "reject", "cancel"}:
-        task = target.pull_request.task if target.pull_request else (
-            Task.objects.filter(workspace_id=target.repository.workspace_id,
-                                idempotency_key=target.issue_task_key).first()
+        task = (
+            target.pull_request.task
+            if target.pull_request
+            else (
+                Task.objects.filter(
+                    workspace_id=target.repository.workspace_id,
+                    idempotency_key=target.issue_task_key,
+                ).first()
+            )
         )
         if task is None:
             return Outcome.ignored(f"/agent {verb}: no agent task here")
@@ -197,8 +213,9 @@ def _command_execute(*, delivery: Delivery, target: CommandTarget, args: str) ->
                 run_approve(run=run, by=target.by, comment=rest.strip())
             elif verb == "reject":
                 run_reject(run=run, by=target.by, comment=rest.strip())
-            elif not run_cancel_request(run=run, by=target.by, reason=rest.strip() or
-                                        "cancelled from a comment"):
+            elif not run_cancel_request(
+                run=run, by=target.by, reason=rest.strip() or "cancelled from a comment"
+            ):
                 return Outcome.ignored(f"/agent cancel: run {run.run_no} already ended")
         except CommandRefused as refused:
             return Outcome.ignored(f"/agent {verb} refused: {refused.code}")
@@ -209,8 +226,13 @@ def _command_execute(*, delivery: Delivery, target: CommandTarget, args: str) ->
     if target.pull_request is not None:
         return _followup(task=target.pull_request.task, feedback=instruction, by=target.by)
     text = f"{instruction}\n\n{target.issue_context}".strip()
-    return _submit(repository=target.repository, instruction=text,
-                   key=f"{target.comment_key}", by=target.by, source_ref=target.source_ref)
+    return _submit(
+        repository=target.repository,
+        instruction=text,
+        key=f"{target.comment_key}",
+        by=target.by,
+        source_ref=target.source_ref,
+    )
 
 
 # --- GitHub ------------------------------------------------------------------------------------
@@ -230,11 +252,22 @@ def github_issues(delivery: Delivery) -> Outcome:
     full_name, number = delivery.external_id, issue.get("number")
     instruction = f"{issue.get('title') or ''}\n\n{issue.get('body') or ''}".strip()
     by = f"github:{_get(delivery.payload, 'sender', 'login', default='')}"
-    source_ref = {"provider": GITHUB, "repo": full_name, "issue_number": number,
-                  "url": issue.get("html_url", "")}
-    return _for_each_repository(delivery, lambda repository: _submit(
-        repository=repository, instruction=instruction,
-        key=_github_issue_key(full_name, number), by=by, source_ref=source_ref))
+    source_ref = {
+        "provider": GITHUB,
+        "repo": full_name,
+        "issue_number": number,
+        "url": issue.get("html_url", ""),
+    }
+    return _for_each_repository(
+        delivery,
+        lambda repository: _submit(
+            repository=repository,
+            instruction=instruction,
+            key=_github_issue_key(full_name, number),
+            by=by,
+            source_ref=source_ref,
+        ),
+    )
 
 
 def github_issue_comment(delivery: Delivery) -> Outcome:
@@ -255,21 +288,30 @@ def github_issue_comment(delivery: Delivery) -> Outcome:
     def act(repository: Repository) -> Outcome:
         pr = _agent_pr(repository, numbers=[number]) if "pull_request" in issue else None
         target = CommandTarget(
-            repository=repository, by=f"github:{login}",
+            repository=repository,
+            by=f"github:{login}",
             comment_key=f"github:comment:{full_name}:{comment.get('id')}",
-            pull_request=pr, issue_task_key=_github_issue_key(full_name, number),
-            issue_context=(f"Issue #{number}: {issue.get('title') or ''}\n\n"
-                           f"{issue.get('body') or ''}"),
-            source_ref={"provider": GITHUB, "repo": full_name, "issue_number": number,
-                        "comment_id": comment.get("id"), "url": comment.get("html_url", "")},
+            pull_request=pr,
+            issue_task_key=_github_issue_key(full_name, number),
+            issue_context=(
+                f"Issue #{number}: {issue.get('title') or ''}\n\n{issue.get('body') or ''}"
+            ),
+            source_ref={
+                "provider": GITHUB,
+                "repo": full_name,
+                "issue_number": number,
+                "comment_id": comment.get("id"),
+                "url": comment.get("html_url", ""),
+            },
         )
         return _command_execute(delivery=delivery, target=target, args=match["args"])
 
     return _for_each_repository(delivery, act)
 
 
-def _github_review_feedback(delivery: Delivery, *, key: str, feedback: str,
-                            author: dict[str, Any]) -> Outcome:
+def _github_review_feedback(
+    delivery: Delivery, *, key: str, feedback: str, author: dict[str, Any]
+) -> Outcome:
     login = _get(author, "user", "login", default="")
     association = author.get("author_association", "NONE")
     if association not in WRITE_ASSOCIATIONS:
@@ -277,8 +319,9 @@ def _github_review_feedback(delivery: Delivery, *, key: str, feedback: str,
     pull = delivery.payload.get("pull_request") or {}
 
     def act(repository: Repository) -> Outcome:
-        pr = _agent_pr(repository, branch=_get(pull, "head", "ref", default=""),
-                       numbers=[pull.get("number")])
+        pr = _agent_pr(
+            repository, branch=_get(pull, "head", "ref", default=""), numbers=[pull.get("number")]
+        )
         if pr is None:
             return Outcome.ignored("not an agent pull request")
         if not _action_claim(delivery=delivery, repository=repository, key=key):
@@ -293,10 +336,13 @@ def github_pull_request_review(delivery: Delivery) -> Outcome:
     state = str(review.get("state") or "").lower()
     if delivery.action != "submitted" or state != "changes_requested":
         return Outcome.ignored(f"review {delivery.action}/{state or '-'} is not handled")
-    feedback = (f"Review by {_get(review, 'user', 'login', default='')} requested changes:\n"
-                f"{review.get('body') or ''}").strip()
-    return _github_review_feedback(delivery, key=f"github:review:{review.get('id')}",
-                                   feedback=feedback, author=review)
+    feedback = (
+        f"Review by {_get(review, 'user', 'login', default='')} requested changes:\n"
+        f"{review.get('body') or ''}"
+    ).strip()
+    return _github_review_feedback(
+        delivery, key=f"github:review:{review.get('id')}", feedback=feedback, author=review
+    )
 
 
 def github_pull_request_review_comment(delivery: Delivery) -> Outcome:
@@ -305,12 +351,17 @@ def github_pull_request_review_comment(delivery: Delivery) -> Outcome:
     comment = delivery.payload.get("comment") or {}
     where = f"{comment.get('path', '')}:{comment.get('line') or comment.get('original_line') or ''}"
     feedback = f"Review comment on {where}:\n{comment.get('body') or ''}"
-    return _github_review_feedback(delivery, key=f"github:review_comment:{comment.get('id')}",
-                                   feedback=feedback, author=comment)
+    return _github_review_feedback(
+        delivery,
+        key=f"github:review_comment:{comment.get('id')}",
+        feedback=feedback,
+        author=comment,
+    )
 
 
-def _pull_request_state(*, repository: Repository, pr: PullRequest, state: str, by: str,
-                        head_sha: str = "") -> Outcome:
+def _pull_request_state(
+    *, repository: Repository, pr: PullRequest, state: str, by: str, head_sha: str = ""
+) -> Outcome:
     """Record a provider-side PR state change and what it means for the task."""
     locked = PullRequest.objects.select_for_update().select_related("task").get(pk=pr.pk)
     task = locked.task
@@ -323,11 +374,18 @@ def _pull_request_state(*, repository: Repository, pr: PullRequest, state: str, 
         return Outcome.ignored(f"pull request #{locked.number} already {state}")
     PullRequest.objects.filter(pk=pr.pk).update(state=state, updated_at=timezone.now())
     run = locked.last_run or task.runs.order_by("-run_no").first()
-    event_type = {"merged": "agent.pr.merged", "closed": "agent.pr.closed",
-                  "open": "agent.pr.updated"}[state]
-    event_record(task=task, run=run, type=event_type,
-                 data={"number": locked.number, "url": locked.url, "state": state, "by": by},
-                 actor=by)
+    event_type = {
+        "merged": "agent.pr.merged",
+        "closed": "agent.pr.closed",
+        "open": "agent.pr.updated",
+    }[state]
+    event_record(
+        task=task,
+        run=run,
+        type=event_type,
+        data={"number": locked.number, "url": locked.url, "state": state, "by": by},
+        actor=by,
+    )
     if state == PullRequest.State.OPEN:
         return Outcome.done(f"pull request #{locked.number} reopened")
     active = task.runs.filter(status__in=ACTIVE).order_by("-run_no").first()
@@ -335,8 +393,9 @@ def _pull_request_state(*, repository: Repository, pr: PullRequest, state: str, 
     Task.objects.filter(pk=task.pk).update(pending_feedback="")
     if active is not None and state == PullRequest.State.CLOSED:
         run_cancel_request(run=active, by=by, reason="pull request closed without merge")
-        return Outcome.done(f"pull request #{locked.number} closed; run {active.run_no} "
-                            "cancellation requested")
+        return Outcome.done(
+            f"pull request #{locked.number} closed; run {active.run_no} cancellation requested"
+        )
     if active is None:
         Task.objects.filter(pk=task.pk).update(
             status=Task.Status.COMPLETED if state == "merged" else Task.Status.CANCELLED,
@@ -359,12 +418,14 @@ def github_pull_request(delivery: Delivery) -> Outcome:
         return Outcome.ignored(f"pull_request.{delivery.action} is not handled")
 
     def act(repository: Repository) -> Outcome:
-        pr = _agent_pr(repository, branch=_get(pull, "head", "ref", default=""),
-                       numbers=[pull.get("number")])
+        pr = _agent_pr(
+            repository, branch=_get(pull, "head", "ref", default=""), numbers=[pull.get("number")]
+        )
         if pr is None:
             return Outcome.ignored("not an agent pull request")
-        return _pull_request_state(repository=repository, pr=pr, state=state, by=by,
-                                   head_sha=head_sha)
+        return _pull_request_state(
+            repository=repository, pr=pr, state=state, by=by, head_sha=head_sha
+        )
 
     return _for_each_repository(delivery, act)
 
@@ -391,13 +452,21 @@ def _ci_record(delivery: Delivery, report: CiReport) -> Outcome:
             f"{report.kind}|{report.name}|{report.conclusion}|{report.summary}".encode()
         ).hexdigest()
         result, created = CiResult.objects.get_or_create(
-            repository=repository, provider=delivery.provider, kind=report.kind,
-            external_id=report.external_id, head_sha=report.head_sha,
+            repository=repository,
+            provider=delivery.provider,
+            kind=report.kind,
+            external_id=report.external_id,
+            head_sha=report.head_sha,
             conclusion=report.conclusion,
-            defaults={"pull_request": pr, "head_branch": report.head_branch,
-                      "name": report.name[:300], "summary": report.summary,
-                      "url": report.url[:1000], "fingerprint": fingerprint,
-                      "receipt": delivery.receipt},
+            defaults={
+                "pull_request": pr,
+                "head_branch": report.head_branch,
+                "name": report.name[:300],
+                "summary": report.summary,
+                "url": report.url[:1000],
+                "fingerprint": fingerprint,
+                "receipt": delivery.receipt,
+            },
         )
         if not created:
             return Outcome.ignored("CI result already recorded")
@@ -422,8 +491,10 @@ def _ci_followup(*, pr: PullRequest, result: CiResult) -> Outcome:
     if sent.filter(fingerprint=result.fingerprint).exists():
         return Outcome.done("CI failure recorded; the same failure already had a follow-up")
     CiResult.objects.filter(pk=result.pk).update(followup_requested=True)
-    feedback = (f"CI {result.kind} {result.name!r} concluded {result.conclusion} on "
-                f"{result.head_sha[:12]}.\n{result.summary}\n{result.url}").strip()
+    feedback = (
+        f"CI {result.kind} {result.name!r} concluded {result.conclusion} on "
+        f"{result.head_sha[:12]}.\n{result.summary}\n{result.url}"
+    ).strip()
     return _followup(task=locked.task, feedback=feedback, by=f"{result.provider}:ci")
 
 
@@ -444,10 +515,14 @@ def github_ci(delivery: Delivery) -> Outcome:
         name = str(obj.get("name") or obj.get("display_title") or "workflow")
         branch, summary = obj.get("head_branch") or "", ""
     report = CiReport(
-        kind=event, external_id=str(obj.get("id", "")), head_sha=str(obj.get("head_sha") or ""),
+        kind=event,
+        external_id=str(obj.get("id", "")),
+        head_sha=str(obj.get("head_sha") or ""),
         head_branch=str(branch or ""),
         numbers=[p.get("number") for p in obj.get("pull_requests") or [] if isinstance(p, dict)],
-        name=name, conclusion=str(obj.get("conclusion") or ""), summary=summary[:4000],
+        name=name,
+        conclusion=str(obj.get("conclusion") or ""),
+        summary=summary[:4000],
         url=str(obj.get("html_url") or obj.get("details_url") or ""),
     )
     return _ci_record(delivery, report)
@@ -488,8 +563,9 @@ def gitlab_issue(delivery: Delivery) -> Outcome:
     current = _gitlab_labels(delivery.payload.get("labels") or attrs.get("labels"))
     changes = _get(delivery.payload, "changes", "labels", default=None)
     if changes is not None:
-        added = (label in _gitlab_labels(changes.get("current"))
-                 and label not in _gitlab_labels(changes.get("previous")))
+        added = label in _gitlab_labels(changes.get("current")) and label not in _gitlab_labels(
+            changes.get("previous")
+        )
     else:
         added = action == "open" and label in current
     if not added:
@@ -497,11 +573,22 @@ def gitlab_issue(delivery: Delivery) -> Outcome:
     path, iid = delivery.external_id, attrs.get("iid")
     instruction = f"{attrs.get('title') or ''}\n\n{attrs.get('description') or ''}".strip()
     by = f"gitlab:{_get(delivery.payload, 'user', 'username', default='')}"
-    source_ref = {"provider": GITLAB, "repo": path, "issue_number": iid,
-                  "url": attrs.get("url", "")}
-    return _for_each_repository(delivery, lambda repository: _submit(
-        repository=repository, instruction=instruction, key=_gitlab_issue_key(path, iid),
-        by=by, source_ref=source_ref))
+    source_ref = {
+        "provider": GITLAB,
+        "repo": path,
+        "issue_number": iid,
+        "url": attrs.get("url", ""),
+    }
+    return _for_each_repository(
+        delivery,
+        lambda repository: _submit(
+            repository=repository,
+            instruction=instruction,
+            key=_gitlab_issue_key(path, iid),
+            by=by,
+            source_ref=source_ref,
+        ),
+    )
 
 
 def gitlab_note(delivery: Delivery) -> Outcome:
@@ -521,16 +608,28 @@ def gitlab_note(delivery: Delivery) -> Outcome:
     def act(repository: Repository) -> Outcome:
         pr = None
         if noteable == "MergeRequest":
-            pr = _agent_pr(repository, branch=mr.get("source_branch") or "",
-                           numbers=[mr.get("iid")])
+            pr = _agent_pr(
+                repository, branch=mr.get("source_branch") or "", numbers=[mr.get("iid")]
+            )
         target = CommandTarget(
-            repository=repository, by=f"gitlab:{username}",
-            comment_key=f"gitlab:note:{path}:{attrs.get('id')}", pull_request=pr,
+            repository=repository,
+            by=f"gitlab:{username}",
+            comment_key=f"gitlab:note:{path}:{attrs.get('id')}",
+            pull_request=pr,
             issue_task_key=_gitlab_issue_key(path, issue.get("iid")),
-            issue_context=(f"Issue #{issue.get('iid')}: {issue.get('title') or ''}\n\n"
-                           f"{issue.get('description') or ''}" if issue else ""),
-            source_ref={"provider": GITLAB, "repo": path, "note_id": attrs.get("id"),
-                        "issue_number": issue.get("iid"), "url": attrs.get("url", "")},
+            issue_context=(
+                f"Issue #{issue.get('iid')}: {issue.get('title') or ''}\n\n"
+                f"{issue.get('description') or ''}"
+                if issue
+                else ""
+            ),
+            source_ref={
+                "provider": GITLAB,
+                "repo": path,
+                "note_id": attrs.get("id"),
+                "issue_number": issue.get("iid"),
+                "url": attrs.get("url", ""),
+            },
         )
         return _command_execute(delivery=delivery, target=target, args=match["args"])
 
@@ -553,12 +652,14 @@ def gitlab_merge_request(delivery: Delivery) -> Outcome:
         return Outcome.ignored(f"merge request {action or '-'} is not handled")
 
     def act(repository: Repository) -> Outcome:
-        pr = _agent_pr(repository, branch=attrs.get("source_branch") or "",
-                       numbers=[attrs.get("iid")])
+        pr = _agent_pr(
+            repository, branch=attrs.get("source_branch") or "", numbers=[attrs.get("iid")]
+        )
         if pr is None:
             return Outcome.ignored("not an agent merge request")
-        return _pull_request_state(repository=repository, pr=pr, state=state, by=by,
-                                   head_sha=head_sha)
+        return _pull_request_state(
+            repository=repository, pr=pr, state=state, by=by, head_sha=head_sha
+        )
 
     return _for_each_repository(delivery, act)
 
@@ -569,16 +670,21 @@ def gitlab_pipeline(delivery: Delivery) -> Outcome:
     if status not in {"success", "failed", "canceled", "skipped"}:
         return Outcome.ignored(f"pipeline {status or '-'} is not finished")
     mr = delivery.payload.get("merge_request") or {}
-    failed_jobs = [f"{b.get('stage')}/{b.get('name')}: {b.get('status')}"
-                   for b in delivery.payload.get("builds") or []
-                   if isinstance(b, dict) and b.get("status") == "failed"]
+    failed_jobs = [
+        f"{b.get('stage')}/{b.get('name')}: {b.get('status')}"
+        for b in delivery.payload.get("builds") or []
+        if isinstance(b, dict) and b.get("status") == "failed"
+    ]
     report = CiReport(
-        kind=CiResult.Kind.PIPELINE, external_id=str(attrs.get("id", "")),
+        kind=CiResult.Kind.PIPELINE,
+        external_id=str(attrs.get("id", "")),
         head_sha=str(attrs.get("sha") or ""),
         head_branch=str(mr.get("source_branch") or attrs.get("ref") or ""),
         numbers=[mr["iid"]] if isinstance(mr.get("iid"), int) else [],
-        name=f"pipeline {attrs.get('id', '')}", conclusion=status,
-        summary="\n".join(sorted(failed_jobs))[:4000], url=str(attrs.get("url") or ""),
+        name=f"pipeline {attrs.get('id', '')}",
+        conclusion=status,
+        summary="\n".join(sorted(failed_jobs))[:4000],
+        url=str(attrs.get("url") or ""),
     )
     return _ci_record(delivery, report)
 
@@ -604,7 +710,8 @@ def _repositories(receipt: WebhookReceipt) -> list[Repository]:
             return []
         other = GITLAB if receipt.provider == GITHUB else GITHUB
         rows = Repository.objects.filter(external_id=external_id, webhook_secret="").exclude(
-            provider=other)
+            provider=other
+        )
     return list(rows.select_related("workspace").order_by("pk"))
 
 
@@ -638,26 +745,39 @@ def webhook_receipt_process(*, receipt_id: int) -> str:
             outcome = webhook_route(receipt=receipt)
             now = timezone.now()
             WebhookReceipt.objects.filter(pk=receipt_id).update(
-                status=outcome.status, status_reason=outcome.reason[:500], error="",
-                attempts=F("attempts") + 1, last_attempt_at=now, processed_at=now,
+                status=outcome.status,
+                status_reason=outcome.reason[:500],
+                error="",
+                attempts=F("attempts") + 1,
+                last_attempt_at=now,
+                processed_at=now,
                 processing_ms=int((time.monotonic() - started) * 1000),
             )
     except Exception as exc:
         WebhookReceipt.objects.filter(pk=receipt_id).update(
-            status=WebhookReceipt.Status.FAILED, error=traceback.format_exc()[-10000:],
+            status=WebhookReceipt.Status.FAILED,
+            error=traceback.format_exc()[-10000:],
             status_reason=f"{type(exc).__name__}: {exc}"[:500],
-            attempts=F("attempts") + 1, last_attempt_at=timezone.now(),
+            attempts=F("attempts") + 1,
+            last_attempt_at=timezone.now(),
             processing_ms=int((time.monotonic() - started) * 1000),
         )
-        provider = WebhookReceipt.objects.filter(pk=receipt_id).values_list(
-            "provider", flat=True).first() or "unknown"
+        provider = (
+            WebhookReceipt.objects.filter(pk=receipt_id).values_list("provider", flat=True).first()
+            or "unknown"
+        )
         metrics.processed.labels(provider=provider, status="failed").inc()
         log.error("webhook.process_failed", receipt_id=receipt_id, error=str(exc)[:300])
         raise
     elapsed = time.monotonic() - started
     metrics.processed.labels(provider=receipt.provider, status=outcome.status).inc()
     metrics.processing_seconds.labels(provider=receipt.provider).observe(elapsed)
-    log.info("webhook.processed", receipt_id=receipt_id, webhook_event=receipt.event,
-             action=receipt.action, status=outcome.status, reason=outcome.reason[:200])
+    log.info(
+        "webhook.processed",
+        receipt_id=receipt_id,
+        webhook_event=receipt.event,
+        action=receipt.action,
+        status=outcome.status,
+        reason=outcome.reason[:200],
+    )
     return outcome.status
-

@@ -23,12 +23,14 @@ class RedeliveryReport:
 
 
 def _client() -> httpx.Client:
-    headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28",
-               "User-Agent": "agentplatform"}
+    headers = {
+        "Accept": "application/vnd.github+json",
+        "X-GitHub-Api-Version": "2022-11-28",
+        "User-Agent": "agentplatform",
+    }
     if settings.GITHUB_TOKEN:
         headers["Authorization"] = f"Bearer {settings.GITHUB_TOKEN}"
-    return httpx.Client(base_url=settings.GITHUB_API_URL.rstrip("/"), headers=headers,
-                        timeout=30)
+    return httpx.Client(base_url=settings.GITHUB_API_URL.rstrip("/"), headers=headers, timeout=30)
 
 
 def _deliveries(client: httpx.Client, path: str, since: datetime) -> list[dict[str, Any]]:
@@ -50,8 +52,9 @@ def _deliveries(client: httpx.Client, path: str, since: datetime) -> list[dict[s
     return found
 
 
-def github_deliveries_redeliver(*, repo: str, hook_id: str, since_hours: float = 72,
-                                dry_run: bool = False) -> RedeliveryReport:
+def github_deliveries_redeliver(
+    *, repo: str, hook_id: str, since_hours: float = 72, dry_run: bool = False
+) -> RedeliveryReport:
     """Redeliver the failed deliveries of one repository hook from the last ``since_hours``.
 
     A GUID counts as delivered if any attempt for it succeeded or if we hold a receipt
@@ -65,10 +68,13 @@ def github_deliveries_redeliver(*, repo: str, hook_id: str, since_hours: float =
         deliveries = _deliveries(client, path, since)
         report.examined = len(deliveries)
         succeeded = {d["guid"] for d in deliveries if 200 <= int(d.get("status_code") or 0) < 300}
-        received = set(WebhookReceipt.objects.filter(
-            provider="github", hook_id=str(hook_id),
-            delivery_id__in={d["guid"] for d in deliveries},
-        ).values_list("delivery_id", flat=True))
+        received = set(
+            WebhookReceipt.objects.filter(
+                provider="github",
+                hook_id=str(hook_id),
+                delivery_id__in={d["guid"] for d in deliveries},
+            ).values_list("delivery_id", flat=True)
+        )
         seen: set[str] = set()
         for delivery in deliveries:  # newest first: the latest attempt per GUID
             guid = delivery["guid"]
@@ -87,6 +93,11 @@ def github_deliveries_redeliver(*, repo: str, hook_id: str, since_hours: float =
                 log.info("webhook.redelivered", repo=repo, hook_id=hook_id, guid=guid)
             else:
                 report.errors.append(f"{delivery['id']}: HTTP {response.status_code}")
-                log.warning("webhook.redelivery_failed", repo=repo, hook_id=hook_id,
-                            guid=guid, status=response.status_code)
+                log.warning(
+                    "webhook.redelivery_failed",
+                    repo=repo,
+                    hook_id=hook_id,
+                    guid=guid,
+                    status=response.status_code,
+                )
     return report

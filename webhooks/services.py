@@ -17,10 +17,17 @@ def webhook_receipt_reprocess(*, receipt: WebhookReceipt, by: str = "") -> bool:
     first attempt did not (a failure, or a repository mapped since).
     """
     with transaction.atomic():
-        updated = WebhookReceipt.objects.filter(pk=receipt.pk).exclude(
-            status=WebhookReceipt.Status.RECEIVED, attempts=0,
-        ).update(status=WebhookReceipt.Status.RECEIVED,
-                 status_reason=f"reprocess requested by {by or 'unknown'}"[:500])
+        updated = (
+            WebhookReceipt.objects.filter(pk=receipt.pk)
+            .exclude(
+                status=WebhookReceipt.Status.RECEIVED,
+                attempts=0,
+            )
+            .update(
+                status=WebhookReceipt.Status.RECEIVED,
+                status_reason=f"reprocess requested by {by or 'unknown'}"[:500],
+            )
+        )
         if updated:
             transaction.on_commit(lambda: receipt_dispatch(receipt.pk))
     log.info("webhook.reprocess", receipt_id=receipt.pk, by=by, requeued=bool(updated))

@@ -37,8 +37,7 @@ def _body_read(request: HttpRequest) -> bytes:
     except ValueError:
         declared = 0
     if declared > limit:
-        raise intake.IntakeRefused(413, "payload_too_large",
-                                   f"payload exceeds {limit} bytes")
+        raise intake.IntakeRefused(413, "payload_too_large", f"payload exceeds {limit} bytes")
     body = request.read(limit + 1)
     if len(body) > limit:
         raise intake.IntakeRefused(413, "payload_too_large", f"payload exceeds {limit} bytes")

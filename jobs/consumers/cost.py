@@ -32,7 +32,8 @@ def cost_aggregate(event: Event) -> Completion:
 
     def write() -> None:
         row, _ = WorkspaceDailyCost.objects.get_or_create(
-            workspace_id=workspace_id, day=at.date(), defaults={"last_event_at": at})
+            workspace_id=workspace_id, day=at.date(), defaults={"last_event_at": at}
+        )
         WorkspaceDailyCost.objects.filter(pk=row.pk).update(
             cost_usd=F("cost_usd") + cost,
             tokens_in=F("tokens_in") + tokens_in,

@@ -36,8 +36,12 @@ def github_target(source_ref: dict[str, Any]) -> tuple[str, int] | None:
     if (source_ref or {}).get("provider") != "github":
         return None
     repo = source_ref.get("repo") or source_ref.get("repository")
-    number = (source_ref.get("issue_number") or source_ref.get("pull_number")
-              or source_ref.get("pr_number") or source_ref.get("number"))
+    number = (
+        source_ref.get("issue_number")
+        or source_ref.get("pull_number")
+        or source_ref.get("pr_number")
+        or source_ref.get("number")
+    )
     if not repo or not number:
         return None
     try:
@@ -64,12 +68,18 @@ def comment_body(*, event: Event, pr_url: str) -> str:
 
 
 def _client() -> httpx.Client:
-    headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28",
-               "User-Agent": "agentplatform"}
+    headers = {
+        "Accept": "application/vnd.github+json",
+        "X-GitHub-Api-Version": "2022-11-28",
+        "User-Agent": "agentplatform",
+    }
     if settings.GITHUB_TOKEN:
         headers["Authorization"] = f"Bearer {settings.GITHUB_TOKEN}"
-    return httpx.Client(base_url=settings.GITHUB_API_URL.rstrip("/"), headers=headers,
-                        timeout=getattr(settings, "GITHUB_TIMEOUT_SECONDS", 30.0))
+    return httpx.Client(
+        base_url=settings.GITHUB_API_URL.rstrip("/"),
+        headers=headers,
+        timeout=getattr(settings, "GITHUB_TIMEOUT_SECONDS", 30.0),
+    )
 
 
 def _check(response: httpx.Response) -> None:
@@ -105,7 +115,8 @@ def source_notify(event: Event) -> Completion:
     repo, number = target
     with transaction.atomic():
         note, _ = Notification.objects.select_for_update().get_or_create(
-            event_id=event.id, channel=CHANNEL_GITHUB_COMMENT,
+            event_id=event.id,
+            channel=CHANNEL_GITHUB_COMMENT,
             defaults={"target": f"{repo}#{number}"},
         )
         if note.status != Notification.Status.PENDING:
@@ -118,19 +129,27 @@ def source_notify(event: Event) -> Completion:
         with _client() as client:
             comment = _find_marked(client, path, marker) if note.attempts > 0 else None
             if comment is None:
-                response = client.post(path, json={
-                    "body": comment_body(event=event, pr_url=pr.url if pr else "")})
+                response = client.post(
+                    path, json={"body": comment_body(event=event, pr_url=pr.url if pr else "")}
+                )
                 _check(response)
                 comment = response.json()
     except httpx.TransportError as exc:
         raise GitHubUnavailable(f"GitHub unreachable: {exc}") from exc
-    log.info("notification.sent", channel=CHANNEL_GITHUB_COMMENT, target=f"{repo}#{number}",
-             event_id=event.id)
+    log.info(
+        "notification.sent",
+        channel=CHANNEL_GITHUB_COMMENT,
+        target=f"{repo}#{number}",
+        event_id=event.id,
+    )
 
     def mark_sent() -> None:
         Notification.objects.filter(pk=note.pk).update(
-            status=Notification.Status.SENT, sent_at=timezone.now(),
-            external_id=str(comment.get("id", "")), external_url=comment.get("html_url", ""))
+            status=Notification.Status.SENT,
+            sent_at=timezone.now(),
+            external_id=str(comment.get("id", "")),
+            external_url=comment.get("html_url", ""),
+        )
 
     return mark_sent
 

@@ -28,7 +28,12 @@ def redact(text: str) -> str:
 
 
 def artifact_create(
-    *, run: Run, kind: str, name: str, content: str, content_type: str = "text/plain",
+    *,
+    run: Run,
+    kind: str,
+    name: str,
+    content: str,
+    content_type: str = "text/plain",
     redacted: bool = True,
 ) -> Artifact:
     """Store content as an artifact of the run (secrets redacted unless told otherwise)."""

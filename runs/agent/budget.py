@@ -44,8 +44,9 @@ def budget_used(*, task: Task, run: Run, name: str) -> float:
     if name == "model_turns":
         return float(ModelTurn.objects.filter(run__task=task).count())
     if name == "tool_retries":
-        return float(ToolCall.objects.filter(run__task=task,
-                                             status__in=FAILED_TOOL_STATUSES).count())
+        return float(
+            ToolCall.objects.filter(run__task=task, status__in=FAILED_TOOL_STATUSES).count()
+        )
     if name == "cost_usd":
         total = ModelTurn.objects.filter(run__task=task).aggregate(c=Sum("cost_usd"))["c"]
         return float(total or Decimal("0"))
@@ -60,10 +61,18 @@ def budget_used(*, task: Task, run: Run, name: str) -> float:
 def budget_exhausted(ctx: StepContext, spent: Spent, *, detail: str = "") -> StepFailed:
     """Record the exhaustion on the timeline; returns the failure to raise."""
     reason, status = BUDGETS[spent.name]
-    ctx.emit("agent.budget.exhausted", {"budget": spent.name, "used": round(spent.used, 6),
-                                        "limit": spent.limit, "reason": reason})
-    return StepFailed(reason, detail or f"{spent.name}: used {spent.used:g} of {spent.limit:g}",
-                      status=status)
+    ctx.emit(
+        "agent.budget.exhausted",
+        {
+            "budget": spent.name,
+            "used": round(spent.used, 6),
+            "limit": spent.limit,
+            "reason": reason,
+        },
+    )
+    return StepFailed(
+        reason, detail or f"{spent.name}: used {spent.used:g} of {spent.limit:g}", status=status
+    )
 
 
 def budget_enforce(ctx: StepContext, *names: str, headroom: float = 0) -> None:

@@ -31,21 +31,36 @@ class Verdict:
 
 
 def judge_rules(
-    *, diff_text: str, files: list[str], lines_changed: int, forbidden_paths: list[str],
-    scope: list[str] | None = None, max_diff_lines: int = DEFAULT_MAX_DIFF_LINES,
+    *,
+    diff_text: str,
+    files: list[str],
+    lines_changed: int,
+    forbidden_paths: list[str],
+    scope: list[str] | None = None,
+    max_diff_lines: int = DEFAULT_MAX_DIFF_LINES,
 ) -> Verdict:
     """Deterministic checks; any block finding blocks, any revise finding asks for rework."""
     findings: list[dict[str, Any]] = []
     for path in files:
         pattern = path_is_forbidden(path, forbidden_paths)
         if pattern:
-            findings.append({"rule": "forbidden_path", "severity": "block", "path": path,
-                             "pattern": pattern})
+            findings.append(
+                {"rule": "forbidden_path", "severity": "block", "path": path, "pattern": pattern}
+            )
     if lines_changed > max_diff_lines:
-        findings.append({"rule": "diff_size", "severity": "block",
-                         "lines": lines_changed, "limit": max_diff_lines})
-    added = "\n".join(line[1:] for line in diff_text.splitlines()
-                      if line.startswith("+") and not line.startswith("+++"))
+        findings.append(
+            {
+                "rule": "diff_size",
+                "severity": "block",
+                "lines": lines_changed,
+                "limit": max_diff_lines,
+            }
+        )
+    added = "\n".join(
+        line[1:]
+        for line in diff_text.splitlines()
+        if line.startswith("+") and not line.startswith("+++")
+    )
     for name, secret in SECRET_RULES:
         if secret.search(added):
             findings.append({"rule": "secret", "severity": "block", "kind": name})
@@ -76,21 +91,26 @@ def judge_model_parse(content: str) -> Verdict:
         data = None
     verdict = data.get("verdict") if isinstance(data, dict) else None
     if verdict not in _SEVERITY:
-        return Verdict("accept", [{"rule": "model_judge_unreadable", "severity": "info",
-                                   "answer": content[:300]}])
+        return Verdict(
+            "accept",
+            [{"rule": "model_judge_unreadable", "severity": "info", "answer": content[:300]}],
+        )
     assert isinstance(data, dict)
     raw_score = data.get("score")
     try:
         # float(None) raises TypeError too, so a missing score ends up as None.
-        score: float | None = (
-            None if raw_score is None else min(1.0, max(0.0, float(raw_score)))
-        )
+        score: float | None = None if raw_score is None else min(1.0, max(0.0, float(raw_score)))
     except (TypeError, ValueError):
         score = None
     findings = []
     if verdict != "accept":
-        findings.append({"rule": "model_judge", "severity": verdict,
-                         "reasons": str(data.get("reasons", ""))[:1000]})
+        findings.append(
+            {
+                "rule": "model_judge",
+                "severity": verdict,
+                "reasons": str(data.get("reasons", ""))[:1000],
+            }
+        )
     return Verdict(verdict, findings, score)
 
 

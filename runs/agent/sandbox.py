@@ -211,19 +211,27 @@ class LocalSandbox(Sandbox):
         switched off, so no repository code runs here.
         """
         started = time.monotonic()
-        argv = ["git", "-c", f"core.hooksPath={os.devnull}", "-c", "core.fsmonitor=false",
-                *args]
+        argv = ["git", "-c", f"core.hooksPath={os.devnull}", "-c", "core.fsmonitor=false", *args]
         try:
             completed = subprocess.run(
-                argv, cwd=self.path, env=self.environment(), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, check=False,
+                argv,
+                cwd=self.path,
+                env=self.environment(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                check=False,
             )
         except subprocess.TimeoutExpired as exc:
             output = (exc.output or b"").decode("utf-8", errors="replace")
-            return CommandResult(argv, None, output, int((time.monotonic() - started) * 1000),
-                                 timed_out=True)
+            return CommandResult(
+                argv, None, output, int((time.monotonic() - started) * 1000), timed_out=True
+            )
         return CommandResult(
-            argv, completed.returncode, completed.stdout.decode("utf-8", errors="replace"),
+            argv,
+            completed.returncode,
+            completed.stdout.decode("utf-8", errors="replace"),
             int((time.monotonic() - started) * 1000),
         )
 
@@ -238,8 +246,7 @@ def sandbox_for_run(run_id: object) -> LocalSandbox:
     return LocalSandbox(f"run-{run_id}")
 
 
-def sandbox_orphans_sweep(*, active_run_ids: set[str], min_age_seconds: float = 3600
-                          ) -> list[str]:
+def sandbox_orphans_sweep(*, active_run_ids: set[str], min_age_seconds: float = 3600) -> list[str]:
     """Remove what ended runs left under SANDBOX_ROOT; returns the names removed.
 
     Working copies of runs that are no longer active go at once (their run ended on a

@@ -272,7 +272,8 @@ class Toolbox:
 
     def _tool_run_command(self, command: str) -> ToolResult:
         result = self.sandbox.run(
-            shlex.split(command), timeout=self.policy.command_timeout,
+            shlex.split(command),
+            timeout=self.policy.command_timeout,
             should_stop=self.should_stop,
         )
         if result.timed_out:

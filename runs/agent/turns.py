@@ -56,9 +56,7 @@ def turn_obtain(
     An answer is committed (turn row, usage, artifacts, event) the moment it arrives and
     before any tool acts on it, so a worker that dies afterwards costs no second call.
     """
-    existing = ModelTurn.objects.filter(
-        run=ctx.run, step_no=ctx.step_no, turn_no=turn_no
-    ).first()
+    existing = ModelTurn.objects.filter(run=ctx.run, step_no=ctx.step_no, turn_no=turn_no).first()
     if existing is not None:
         return ModelReply.from_json(existing.response)
     budget_enforce(ctx, "wall_clock_seconds", "cost_usd")
@@ -80,22 +78,41 @@ def turn_obtain(
     cost = turn_cost(model, reply.usage.tokens_in, reply.usage.tokens_out)
     with ctx.fenced():
         request = artifact_create(
-            run=ctx.run, kind="model_request", name=f"turn {ctx.step_no}.{turn_no} request",
-            content=json.dumps({"model": model, "purpose": purpose, "messages": messages,
-                                "tools": [t["function"]["name"] for t in tools]}, indent=1),
+            run=ctx.run,
+            kind="model_request",
+            name=f"turn {ctx.step_no}.{turn_no} request",
+            content=json.dumps(
+                {
+                    "model": model,
+                    "purpose": purpose,
+                    "messages": messages,
+                    "tools": [t["function"]["name"] for t in tools],
+                },
+                indent=1,
+            ),
             content_type="application/json",
         )
         response = artifact_create(
-            run=ctx.run, kind="model_response", name=f"turn {ctx.step_no}.{turn_no} response",
+            run=ctx.run,
+            kind="model_response",
+            name=f"turn {ctx.step_no}.{turn_no} response",
             content=json.dumps(reply.raw or reply.to_json(), indent=1),
             content_type="application/json",
         )
         ModelTurn.objects.create(
-            run=ctx.run, step_no=ctx.step_no, turn_no=turn_no, purpose=purpose,
-            provider=provider.name, model=model,
-            response=reply.to_json(), tokens_in=reply.usage.tokens_in,
-            tokens_out=reply.usage.tokens_out, cost_usd=cost, latency_ms=latency_ms,
-            request_artifact=request, response_artifact=response,
+            run=ctx.run,
+            step_no=ctx.step_no,
+            turn_no=turn_no,
+            purpose=purpose,
+            provider=provider.name,
+            model=model,
+            response=reply.to_json(),
+            tokens_in=reply.usage.tokens_in,
+            tokens_out=reply.usage.tokens_out,
+            cost_usd=cost,
+            latency_ms=latency_ms,
+            request_artifact=request,
+            response_artifact=response,
         )
         Run.objects.filter(pk=ctx.run.pk).update(
             tokens_in=F("tokens_in") + reply.usage.tokens_in,
@@ -106,9 +123,13 @@ def turn_obtain(
         ctx.emit(
             "agent.model.turn.completed",
             {
-                "step_no": ctx.step_no, "turn_no": turn_no, "purpose": purpose,
-                "model": model, "tokens_in": reply.usage.tokens_in,
-                "tokens_out": reply.usage.tokens_out, "cost_usd": str(cost),
+                "step_no": ctx.step_no,
+                "turn_no": turn_no,
+                "purpose": purpose,
+                "model": model,
+                "tokens_in": reply.usage.tokens_in,
+                "tokens_out": reply.usage.tokens_out,
+                "cost_usd": str(cost),
                 "latency_ms": latency_ms,
                 "tool_calls": [c.name for c in reply.tool_calls],
                 "request_artifact_id": str(request.id),

@@ -33,9 +33,8 @@ def verification_summary(output: str, *, max_lines: int = 60) -> str:
     """The part of a test log a model needs: failures and the tail."""
     lines = output.splitlines()
     interesting = [
-        line for line in lines
-        if re.search(r"FAILED|ERROR|Error|assert|Traceback|^E ", line)
+        line for line in lines if re.search(r"FAILED|ERROR|Error|assert|Traceback|^E ", line)
     ]
     tail = lines[-max_lines:]
-    picked = [*interesting[:max_lines // 2], "...", *tail] if interesting else tail
+    picked = [*interesting[: max_lines // 2], "...", *tail] if interesting else tail
     return "\n".join(picked)[-6000:]

@@ -9,8 +9,17 @@ from dataclasses import dataclass
 from runs.agent.sandbox import LocalSandbox, SandboxError, sandbox_for_run
 from runs.models import Run
 
-LOCAL_EXCLUDES = ("__pycache__/", "*.pyc", ".pytest_cache/", ".mypy_cache/", ".ruff_cache/",
-                  ".coverage", "node_modules/", ".tox/", ".venv/")
+LOCAL_EXCLUDES = (
+    "__pycache__/",
+    "*.pyc",
+    ".pytest_cache/",
+    ".mypy_cache/",
+    ".ruff_cache/",
+    ".coverage",
+    "node_modules/",
+    ".tox/",
+    ".venv/",
+)
 
 
 @dataclass

@@ -43,14 +43,18 @@ class GitProvider(ABC):
     name: str
 
     @abstractmethod
-    def branch_push(
-        self, *, repository: Repository, sandbox: LocalSandbox, branch: str
-    ) -> None:
+    def branch_push(self, *, repository: Repository, sandbox: LocalSandbox, branch: str) -> None:
         """Push the sandbox's HEAD to ``branch`` of the repository's remote."""
 
     @abstractmethod
     def pull_request_ensure(
-        self, *, repository: Repository, branch: str, base_branch: str, title: str, body: str,
+        self,
+        *,
+        repository: Repository,
+        branch: str,
+        base_branch: str,
+        title: str,
+        body: str,
         head_sha: str,
     ) -> PullRequestInfo:
         """Find the PR for ``branch`` or open it; never opens a second one."""

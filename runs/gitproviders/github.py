@@ -76,20 +76,47 @@ def branch_push_isolated(
     try:
         steps: list[tuple[list[str], dict[str, str]]] = [
             (["git", "init", "--quiet", "--bare", str(scratch)], {}),
-            (["git", "-C", str(scratch), "fetch", "--quiet", "--no-tags",
-              str(sandbox.path.resolve()), f"+HEAD:refs/heads/{branch}"], {}),
+            (
+                [
+                    "git",
+                    "-C",
+                    str(scratch),
+                    "fetch",
+                    "--quiet",
+                    "--no-tags",
+                    str(sandbox.path.resolve()),
+                    f"+HEAD:refs/heads/{branch}",
+                ],
+                {},
+            ),
         ]
         push_config = dict(config)
         if token:
             basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
             push_config["http.extraHeader"] = f"Authorization: Basic {basic}"
-        steps.append((["git", "-C", str(scratch), "push", "--quiet", "--force", url,
-                       f"refs/heads/{branch}:refs/heads/{branch}"], push_config))
+        steps.append(
+            (
+                [
+                    "git",
+                    "-C",
+                    str(scratch),
+                    "push",
+                    "--quiet",
+                    "--force",
+                    url,
+                    f"refs/heads/{branch}:refs/heads/{branch}",
+                ],
+                push_config,
+            )
+        )
         for argv, extra in steps:
             try:
                 result = subprocess.run(
-                    argv, env=_git_env({**config, **extra}), capture_output=True,
-                    timeout=timeout, check=False,
+                    argv,
+                    env=_git_env({**config, **extra}),
+                    capture_output=True,
+                    timeout=timeout,
+                    check=False,
                 )
             except subprocess.TimeoutExpired as exc:
                 raise GitProviderError(f"{argv[3]} timed out", retryable=True) from exc
@@ -105,8 +132,9 @@ def branch_push_isolated(
 class GitHubProvider(GitProvider):
     name = "github"
 
-    def __init__(self, *, api_url: str | None = None, token: str | None = None,
-                 backoff_seconds: float = 1.0) -> None:
+    def __init__(
+        self, *, api_url: str | None = None, token: str | None = None, backoff_seconds: float = 1.0
+    ) -> None:
         self.api_url = (api_url or settings.GITHUB_API_URL).rstrip("/")
         self.token = settings.GITHUB_TOKEN if token is None else token
         self.backoff_seconds = backoff_seconds
@@ -114,21 +142,27 @@ class GitHubProvider(GitProvider):
     # --- git -------------------------------------------------------------------------
 
     def branch_push(self, *, repository: Repository, sandbox: LocalSandbox, branch: str) -> None:
-        branch_push_isolated(sandbox=sandbox, url=repository.clone_url, branch=branch,
-                             token=self.token)
+        branch_push_isolated(
+            sandbox=sandbox, url=repository.clone_url, branch=branch, token=self.token
+        )
 
     # --- REST ------------------------------------------------------------------------
 
     def _client(self) -> httpx.Client:
-        headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": API_VERSION,
-                   "User-Agent": "agentplatform"}
+        headers = {
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": API_VERSION,
+            "User-Agent": "agentplatform",
+        }
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        return httpx.Client(base_url=self.api_url, headers=headers,
-                            timeout=settings.GITHUB_TIMEOUT_SECONDS)
+        return httpx.Client(
+            base_url=self.api_url, headers=headers, timeout=settings.GITHUB_TIMEOUT_SECONDS
+        )
 
-    def _request(self, client: httpx.Client, method: str, path: str, **kwargs: Any
-                 ) -> httpx.Response:
+    def _request(
+        self, client: httpx.Client, method: str, path: str, **kwargs: Any
+    ) -> httpx.Response:
         """One API call; rate limits, 5xx and network trouble are retried with jitter."""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
@@ -141,26 +175,42 @@ class GitHubProvider(GitProvider):
                     return response
                 if attempt == MAX_ATTEMPTS:
                     raise GitProviderError(
-                        f"GitHub {method} {path}: HTTP {response.status_code}", retryable=True)
+                        f"GitHub {method} {path}: HTTP {response.status_code}", retryable=True
+                    )
             time.sleep(random.uniform(0, self.backoff_seconds * 2 ** (attempt - 1)))
         raise AssertionError("unreachable")
 
     @staticmethod
     def _info(pull: dict[str, Any], head_sha: str, *, created: bool) -> PullRequestInfo:
-        return PullRequestInfo(number=int(pull["number"]), url=str(pull.get("html_url", "")),
-                               head_sha=head_sha, created=created)
+        return PullRequestInfo(
+            number=int(pull["number"]),
+            url=str(pull.get("html_url", "")),
+            head_sha=head_sha,
+            created=created,
+        )
 
-    def pull_request_find(self, client: httpx.Client, owner: str, name: str, branch: str
-                          ) -> dict[str, Any] | None:
+    def pull_request_find(
+        self, client: httpx.Client, owner: str, name: str, branch: str
+    ) -> dict[str, Any] | None:
         """The open pull request whose head is ``owner:branch``, if there is one."""
-        response = self._request(client, "GET", f"/repos/{owner}/{name}/pulls",
-                                 params={"head": f"{owner}:{branch}", "state": "open"})
+        response = self._request(
+            client,
+            "GET",
+            f"/repos/{owner}/{name}/pulls",
+            params={"head": f"{owner}:{branch}", "state": "open"},
+        )
         self._raise_for(response, "look up the pull request")
         pulls = response.json()
         return pulls[0] if pulls else None
 
     def pull_request_ensure(
-        self, *, repository: Repository, branch: str, base_branch: str, title: str, body: str,
+        self,
+        *,
+        repository: Repository,
+        branch: str,
+        base_branch: str,
+        title: str,
+        body: str,
         head_sha: str,
     ) -> PullRequestInfo:
         owner, name = github_slug(repository)
@@ -168,10 +218,18 @@ class GitHubProvider(GitProvider):
             existing = self.pull_request_find(client, owner, name, branch)
             if existing is not None:
                 return self._update(client, owner, name, existing, title, body, head_sha)
-            response = self._request(client, "POST", f"/repos/{owner}/{name}/pulls", json={
-                "title": title, "head": branch, "base": base_branch, "body": body,
-                "draft": True,
-            })
+            response = self._request(
+                client,
+                "POST",
+                f"/repos/{owner}/{name}/pulls",
+                json={
+                    "title": title,
+                    "head": branch,
+                    "base": base_branch,
+                    "body": body,
+                    "draft": True,
+                },
+            )
             if response.status_code == 422 and "already exists" in response.text:
                 # Created by an earlier attempt whose answer we never saw, or the lookup
                 # raced with it: reconcile instead of duplicating.
@@ -181,10 +239,22 @@ class GitHubProvider(GitProvider):
             self._raise_for(response, "open the pull request")
             return self._info(response.json(), head_sha, created=True)
 
-    def _update(self, client: httpx.Client, owner: str, name: str, pull: dict[str, Any],
-                title: str, body: str, head_sha: str) -> PullRequestInfo:
-        response = self._request(client, "PATCH", f"/repos/{owner}/{name}/pulls/{pull['number']}",
-                                 json={"title": title, "body": body})
+    def _update(
+        self,
+        client: httpx.Client,
+        owner: str,
+        name: str,
+        pull: dict[str, Any],
+        title: str,
+        body: str,
+        head_sha: str,
+    ) -> PullRequestInfo:
+        response = self._request(
+            client,
+            "PATCH",
+            f"/repos/{owner}/{name}/pulls/{pull['number']}",
+            json={"title": title, "body": body},
+        )
         self._raise_for(response, "update the pull request")
         return self._info(response.json(), head_sha, created=False)
 
@@ -196,5 +266,6 @@ class GitHubProvider(GitProvider):
             message = response.json().get("message", "")
         except ValueError:
             message = response.text[:200]
-        raise GitProviderError(f"GitHub refused to {doing}: HTTP {response.status_code} "
-                               f"{message}", retryable=False)
+        raise GitProviderError(
+            f"GitHub refused to {doing}: HTTP {response.status_code} {message}", retryable=False
+        )

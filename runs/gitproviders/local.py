@@ -14,13 +14,20 @@ class LocalGitProvider(GitProvider):
     def branch_push(self, *, repository: Repository, sandbox: LocalSandbox, branch: str) -> None:
         # The branch belongs to the task: a repeated push after a crash may carry a
         # re-made commit, so it is forced.
-        result = sandbox.git("push", "--quiet", "--force", repository.clone_url,
-                             f"HEAD:refs/heads/{branch}")
+        result = sandbox.git(
+            "push", "--quiet", "--force", repository.clone_url, f"HEAD:refs/heads/{branch}"
+        )
         if not result.ok:
             raise SandboxError(f"push to {repository.name} failed: {result.output[:500]}")
 
     def pull_request_ensure(
-        self, *, repository: Repository, branch: str, base_branch: str, title: str, body: str,
+        self,
+        *,
+        repository: Repository,
+        branch: str,
+        base_branch: str,
+        title: str,
+        body: str,
         head_sha: str,
     ) -> PullRequestInfo:
         existing = (

@@ -49,8 +49,11 @@ def _wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """
     wire: list[dict[str, Any]] = []
     for message in messages:
-        out = {k: v for k, v in message.items() if k in {"role", "content", "tool_calls",
-                                                         "tool_call_id", "name"}}
+        out = {
+            k: v
+            for k, v in message.items()
+            if k in {"role", "content", "tool_calls", "tool_call_id", "name"}
+        }
         if not out.get("tool_calls"):
             out.pop("tool_calls", None)
         if out.get("content") is None and "tool_calls" not in out:
@@ -114,7 +117,8 @@ class OpenAIChatProvider(ModelProvider):
                 if attempt > self.max_retries:
                     raise ModelError(
                         f"model endpoint still failing after {attempt} attempts: "
-                        f"HTTP {exc.status_code}", retryable=True,
+                        f"HTTP {exc.status_code}",
+                        retryable=True,
                     ) from exc
                 time.sleep(_backoff(attempt, self.backoff_seconds, _retry_after(exc)))
                 continue
@@ -142,8 +146,11 @@ class OpenAIChatProvider(ModelProvider):
                 parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
                 if not isinstance(parsed, dict):
                     raise TypeError("tool call arguments are not an object")
-                calls.append(ToolCallRequest(id=str(call["id"]), name=str(function["name"]),
-                                             arguments=parsed))
+                calls.append(
+                    ToolCallRequest(
+                        id=str(call["id"]), name=str(function["name"]), arguments=parsed
+                    )
+                )
             usage = body.get("usage") or {}
             tokens_in = int(usage.get("prompt_tokens") or 0)
             tokens_out = int(usage.get("completion_tokens") or 0)

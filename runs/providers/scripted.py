@@ -48,7 +48,8 @@ class ScriptedProvider(ModelProvider):
             verdict = self.script.get("judge", {"verdict": "accept", "score": 1.0})
             content = json.dumps(verdict)
             return ModelReply(
-                content=content, usage=ModelUsage(tokens_in, _estimate_tokens(content)),
+                content=content,
+                usage=ModelUsage(tokens_in, _estimate_tokens(content)),
                 model=self.model,
             )
         turns = self.script.get("turns", [])

@@ -13,8 +13,9 @@ class Command(BaseCommand):
     help = "Create the beat schedules that are missing; --reset restores their defaults."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--reset", action="store_true",
-                            help="overwrite operator edits with the defaults")
+        parser.add_argument(
+            "--reset", action="store_true", help="overwrite operator edits with the defaults"
+        )
 
     def handle(self, *args: Any, reset: bool = False, **options: Any) -> None:
         created = beat_schedules_ensure(reset=reset)

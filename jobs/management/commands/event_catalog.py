@@ -30,8 +30,9 @@ class Command(BaseCommand):
     help = "Write the event schemas and the AsyncAPI document from jobs/contracts.py."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--check", action="store_true",
-                            help="fail if the documents differ from the catalog")
+        parser.add_argument(
+            "--check", action="store_true", help="fail if the documents differ from the catalog"
+        )
 
     def handle(self, *args: Any, check: bool = False, **options: Any) -> None:
         root = Path(settings.BASE_DIR)

@@ -19,16 +19,17 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--loop", action="store_true", help="keep relaying until killed")
-        parser.add_argument("--interval", type=float, default=1.0,
-                            help="seconds between sweeps with --loop")
+        parser.add_argument(
+            "--interval", type=float, default=1.0, help="seconds between sweeps with --loop"
+        )
 
-    def handle(self, *args: Any, loop: bool = False, interval: float = 1.0,
-               **options: Any) -> None:
+    def handle(self, *args: Any, loop: bool = False, interval: float = 1.0, **options: Any) -> None:
         while True:
             report = outbox_drain()
             self.stdout.write(
                 f"published {report.published}, failed partitions "
-                f"{report.failed_partitions}, lag {outbox_lag_seconds():.1f}s")
+                f"{report.failed_partitions}, lag {outbox_lag_seconds():.1f}s"
+            )
             self.stdout.flush()
             if not loop:
                 return

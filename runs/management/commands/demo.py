@@ -27,8 +27,16 @@ from runs.services import task_submit
 from runs.state import TERMINAL
 
 PHASES = [
-    "queued", "preparing", "context_loading", "planning", "running", "verifying",
-    "judging", "awaiting_approval", "creating_pr", "completed",
+    "queued",
+    "preparing",
+    "context_loading",
+    "planning",
+    "running",
+    "verifying",
+    "judging",
+    "awaiting_approval",
+    "creating_pr",
+    "completed",
 ]
 
 
@@ -37,15 +45,26 @@ def start_children(log_dir: Path, *, concurrency: int = 2) -> list[subprocess.Po
     log_dir.mkdir(parents=True, exist_ok=True)
     celery = [sys.executable, "-m", "celery", "-A", "agentplatform"]
     commands = {
-        "worker": [*celery, "worker", "-Q", "agent,verify,events,webhooks",
-                   "-c", str(concurrency), "--loglevel", "WARNING", "-n", f"demo-{os.getpid()}@%h"],
+        "worker": [
+            *celery,
+            "worker",
+            "-Q",
+            "agent,verify,events,webhooks",
+            "-c",
+            str(concurrency),
+            "--loglevel",
+            "WARNING",
+            "-n",
+            f"demo-{os.getpid()}@%h",
+        ],
         "beat": [*celery, "beat", "--loglevel", "WARNING"],
     }
     children = []
     for name, argv in commands.items():
         log = open(log_dir / f"demo-{name}.log", "wb")  # noqa: SIM115 - owned by the child
-        children.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True))
+        children.append(
+            subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        )
     return children
 
 
@@ -69,11 +88,15 @@ def event_summary(event: RunEvent) -> str:
     if event.type.startswith("agent.tool.call."):
         return str(data.get("tool", ""))
     if event.type == "agent.model.turn.completed":
-        return (f"{data.get('purpose')} turn, {data.get('tokens_in')}+{data.get('tokens_out')}"
-                f" tokens, ${data.get('cost_usd')}")
+        return (
+            f"{data.get('purpose')} turn, {data.get('tokens_in')}+{data.get('tokens_out')}"
+            f" tokens, ${data.get('cost_usd')}"
+        )
     if event.type == "agent.patch.created":
-        return (f"{', '.join(data.get('files', []))} "
-                f"(+{data.get('lines_added')} -{data.get('lines_removed')})")
+        return (
+            f"{', '.join(data.get('files', []))} "
+            f"(+{data.get('lines_added')} -{data.get('lines_removed')})"
+        )
     if event.type.startswith("agent.verification."):
         return str(data.get("outcome") or data.get("command", ""))
     if event.type == "agent.judge.completed":
@@ -98,17 +121,23 @@ class Command(BaseCommand):
         console.print(f"[bold]agentplatform demo[/bold]  sample repository: {bare}")
         workspace, _ = Workspace.objects.get_or_create(slug="demo", defaults={"name": "Demo"})
         repository, _ = Repository.objects.update_or_create(
-            workspace=workspace, name="calc",
-            defaults={"clone_url": str(bare), "default_branch": "main",
-                      "test_command": demo.test_command(),
-                      "allowed_commands": demo.allowed_commands()},
+            workspace=workspace,
+            name="calc",
+            defaults={
+                "clone_url": str(bare),
+                "default_branch": "main",
+                "test_command": demo.test_command(),
+                "allowed_commands": demo.allowed_commands(),
+            },
         )
         children = start_children(Path(settings.VAR_DIR) / "log")
         try:
             submission = task_submit(
-                workspace=workspace, repository=repository,
+                workspace=workspace,
+                repository=repository,
                 instruction="Fix add() in calc/core.py so that the test suite passes.",
-                source="admin", requested_by="demo",
+                source="admin",
+                requested_by="demo",
                 model_options={"provider": "scripted", "script": demo.fix_script()},
             )
             run = submission.run
@@ -144,8 +173,11 @@ class Command(BaseCommand):
         for index, phase in enumerate(PHASES):
             if phase == "awaiting_approval":
                 continue
-            mark = "[green]●[/green]" if index < reached or run.status == "completed" else (
-                "[yellow]◉[/yellow]" if index == reached else "[dim]○[/dim]")
+            mark = (
+                "[green]●[/green]"
+                if index < reached or run.status == "completed"
+                else ("[yellow]◉[/yellow]" if index == reached else "[dim]○[/dim]")
+            )
             bar.append(f"{mark} {phase}")
         table.add_row("  ".join(bar))
         detail = f"{last.type} {event_summary(last)}" if last else ""
@@ -159,8 +191,12 @@ class Command(BaseCommand):
         table.add_column("event")
         table.add_column("detail")
         for event in run.events.order_by("sequence_no"):
-            table.add_row(str(event.sequence_no), event.created_at.strftime("%H:%M:%S.%f")[:-3],
-                          event.type, event_summary(event))
+            table.add_row(
+                str(event.sequence_no),
+                event.created_at.strftime("%H:%M:%S.%f")[:-3],
+                event.type,
+                event_summary(event),
+            )
         console.print(table)
         pr = PullRequest.objects.filter(task=run.task).first()
         duration = (run.finished_at - run.created_at).total_seconds() if run.finished_at else 0

@@ -22,9 +22,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--user", required=True, help="username")
         parser.add_argument("--workspace", help="workspace slug to make the user a member of")
-        parser.add_argument("--role", choices=[r.value for r in Membership.Role],
-                            default=Membership.Role.MEMBER,
-                            help="role when a membership is created (default: member)")
+        parser.add_argument(
+            "--role",
+            choices=[r.value for r in Membership.Role],
+            default=Membership.Role.MEMBER,
+            help="role when a membership is created (default: member)",
+        )
         parser.add_argument("--name", default="", help="a label for the token")
 
     def handle(self, *args: Any, **options: Any) -> None:

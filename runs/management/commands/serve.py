@@ -29,10 +29,26 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         celery = [sys.executable, "-m", "celery", "-A", "agentplatform"]
         commands = {
-            "web": [sys.executable, "-m", "uvicorn", "agentplatform.asgi:application",
-                    "--host", options["host"], "--port", str(options["port"])],
-            "worker": [*celery, "worker", "-Q", "agent,verify,events,webhooks",
-                       "-c", str(options["concurrency"]), "--loglevel", "INFO"],
+            "web": [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "agentplatform.asgi:application",
+                "--host",
+                options["host"],
+                "--port",
+                str(options["port"]),
+            ],
+            "worker": [
+                *celery,
+                "worker",
+                "-Q",
+                "agent,verify,events,webhooks",
+                "-c",
+                str(options["concurrency"]),
+                "--loglevel",
+                "INFO",
+            ],
             "beat": [*celery, "beat", "--loglevel", "INFO"],
         }
         children: dict[str, subprocess.Popen[bytes]] = {}
@@ -46,8 +62,9 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop)
         for name, argv in commands.items():
             # Own process groups: Ctrl-C reaches us once, and we stop each child in order.
-            children[name] = subprocess.Popen(argv, cwd=Path(settings.BASE_DIR),
-                                              start_new_session=True)
+            children[name] = subprocess.Popen(
+                argv, cwd=Path(settings.BASE_DIR), start_new_session=True
+            )
         self.stdout.write(
             f"agentplatform on http://{options['host']}:{options['port']}/ "
             f"(admin /admin/, API /api/, docs /api/docs/) — Ctrl-C to stop"
