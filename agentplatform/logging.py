@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import structlog
@@ -39,10 +38,3 @@ class StructuredFormatter(structlog.stdlib.ProcessorFormatter):
             foreign_pre_chain=_SHARED_PROCESSORS,
             **kwargs,
         )
-
-
-def get_logger(name: str) -> Any:
-    return structlog.get_logger(name)
-
-
-__all__ = ["StructuredFormatter", "get_logger", "logging"]

@@ -70,10 +70,8 @@ def relay_wake(*, countdown: float | None = None) -> None:
 
 
 def stream_enabled() -> bool:
-    """The stream needs a Redis; embedded mode has none unless one is configured."""
-    if settings.EMBEDDED:
-        return bool(getattr(settings, "EVENT_STREAM_ENABLED_EMBEDDED", False))
-    return bool(settings.EVENT_STREAM_REDIS_URL)
+    """The stream needs a Redis; embedded mode has none."""
+    return not settings.EMBEDDED and bool(settings.EVENT_STREAM_REDIS_URL)
 
 
 def stream_client() -> Any:
