@@ -1,0 +1,34 @@
+"""awaiting_approval: act on the recorded decision."""
+
+from __future__ import annotations
+
+from runs.engine import Outcome, StepContext
+from runs.models import Approval, Patch
+from runs.steps.common import S
+
+
+def step_awaiting_approval(ctx: StepContext) -> Outcome:
+    """Act on the decision recorded by approve/reject/expire; wait while it is pending."""
+    approval = Approval.objects.filter(run=ctx.run).order_by("-requested_at").first()
+    if approval is None or approval.status == Approval.Status.PENDING:
+        return Outcome(noop=True)
+    if approval.status == Approval.Status.REJECTED:
+        return Outcome(to=S.FAILED, reason="approval_rejected", detail=approval.comment)
+    if approval.status == Approval.Status.EXPIRED:
+        return Outcome(to=S.FAILED, reason="approval_expired")
+    if approval.status == Approval.Status.APPROVED:
+        patch = Patch.objects.get(pk=ctx.checkpoint["patch_id"])
+        if patch.diff_sha256 != approval.patch_sha256:
+            # The patch changed after it was approved: the approval does not cover it.
+            approval.status = Approval.Status.VOID
+            approval_pk = approval.pk
+
+            def void_approval() -> None:
+                Approval.objects.filter(pk=approval_pk).update(status=Approval.Status.VOID)
+
+            ctx.write_on_commit(void_approval)
+            return Outcome(
+                to=S.FAILED, reason="approval_void", detail="patch changed after approval"
+            )
+        return Outcome(to=S.CREATING_PR)
+    return Outcome(noop=True)

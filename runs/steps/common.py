@@ -1,0 +1,56 @@
+"""What several phases share: the run status enum, the working copy as the checkpoint
+describes it, and the way back to running with feedback for the model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runs.agent.artifacts import redact
+from runs.agent.budget import Spent, budget_exhausted, budget_used
+from runs.agent.sandbox import LocalSandbox, SandboxError
+from runs.agent.workspace import workspace_ensure, workspace_restore
+from runs.engine import Outcome, StepContext, StepFailed
+from runs.models import Run
+
+S = Run.Status
+
+
+def _sandbox(ctx: StepContext) -> Any:
+    try:
+        return workspace_ensure(run=ctx.run, diff=ctx.checkpoint.get("diff"))
+    except SandboxError as exc:
+        raise StepFailed("sandbox_error", str(exc)) from exc
+
+
+def _restore(ctx: StepContext) -> LocalSandbox:
+    """The working copy exactly as the checkpoint describes it (see workspace_restore)."""
+    try:
+        return workspace_restore(run=ctx.run, diff=ctx.checkpoint.get("diff"))
+    except SandboxError as exc:
+        raise StepFailed("sandbox_error", str(exc)) from exc
+
+
+def _retry_with_feedback(ctx: StepContext, *, reason: str, feedback: str) -> Outcome:
+    """Back to running with ``feedback`` for the model, if the task has attempts left."""
+    limit = ctx.task.budget_limit("agent_attempts")
+    used = budget_used(task=ctx.task, run=ctx.run, name="agent_attempts")
+    if used + 1 > limit:
+        raise budget_exhausted(
+            ctx,
+            Spent("agent_attempts", used, limit),
+            detail=f"{reason} after {used:g} of {limit:g} attempts",
+        )
+    ctx.checkpoint["attempt_no"] = int(ctx.checkpoint.get("attempt_no", 1)) + 1
+    messages = list(ctx.checkpoint.get("messages", []))
+    messages.append({"role": "user", "content": feedback})
+    ctx.checkpoint["messages"] = messages
+    ctx.checkpoint.pop("progress", None)
+    ctx.emit(
+        "agent.feedback.sent",
+        {
+            "reason": reason,
+            "attempt_no": ctx.checkpoint["attempt_no"],
+            "summary": redact(feedback[:500]),
+        },
+    )
+    return Outcome(to=S.RUNNING, reason=reason)

@@ -1,0 +1,99 @@
+"""creating_pr: commit, push and open or update the task's pull request."""
+
+from __future__ import annotations
+
+from runs.agent.artifacts import redact
+from runs.agent.sandbox import SandboxError
+from runs.engine import (
+    Outcome,
+    StepContext,
+    StepFailed,
+    TransientStepError,
+)
+from runs.gitproviders import git_provider_for
+from runs.gitproviders.base import GitProviderError, branch_commit
+from runs.models import Patch, PullRequest
+from runs.steps.common import S, _restore
+
+
+def step_creating_pr(ctx: StepContext) -> Outcome:
+    """Commit, push and open (or update) the task's single pull request.
+
+    Each part of the saga repeats safely: the commit is remade from the checkpointed
+    patch, the push is forced onto the task's own branch, the provider looks the PR up by
+    branch before opening one, and the row is an upsert on (task, provider). A dry run
+    stops before anything leaves the sandbox.
+    """
+    patch = Patch.objects.get(pk=ctx.checkpoint["patch_id"])
+    if ctx.task.execution_mode == "dry_run":
+        ctx.emit("agent.pr.skipped", {"reason": "dry_run", "patch_id": patch.id})
+        return Outcome(to=S.COMPLETED)
+    repository = ctx.repository
+    provider = git_provider_for(repository.provider)
+    sandbox = _restore(ctx)
+    branch = ctx.run.branch
+    base_branch = ctx.task.target_branch or repository.default_branch
+    title = f"agent: {ctx.task.instruction.splitlines()[0][:80]}"
+    body = (
+        f"{ctx.task.instruction}\n\n---\nRun {ctx.run.run_no} ({ctx.run.id}), "
+        f"attempt {patch.attempt_no}, patch {patch.diff_sha256[:12]}."
+    )
+    if ctx.run.feedback:
+        body += f"\n\nAddresses feedback:\n{ctx.run.feedback[:2000]}"
+    ctx.emit(
+        "agent.pr.creation.requested",
+        {"branch": branch, "base": base_branch, "provider": provider.name},
+    )
+    ctx.check_cancelled()
+    try:
+        head_sha = branch_commit(sandbox=sandbox, branch=branch, message=title)
+        provider.branch_push(repository=repository, sandbox=sandbox, branch=branch)
+        info = provider.pull_request_ensure(
+            repository=repository,
+            branch=branch,
+            base_branch=base_branch,
+            title=title,
+            body=body,
+            head_sha=head_sha,
+        )
+    except GitProviderError as exc:
+        if exc.retryable:
+            raise TransientStepError(str(exc)) from exc
+        ctx.emit("agent.pr.creation.failed", {"branch": branch, "error": redact(str(exc))[:500]})
+        raise StepFailed("pr_creation_failed", str(exc)) from exc
+    except SandboxError as exc:
+        ctx.emit("agent.pr.creation.failed", {"branch": branch, "error": redact(str(exc))[:500]})
+        raise StepFailed("pr_creation_failed", str(exc)) from exc
+
+    existed = PullRequest.objects.filter(task=ctx.task, provider=provider.name).exists()
+
+    def record() -> None:
+        PullRequest.objects.update_or_create(
+            task=ctx.task,
+            provider=provider.name,
+            defaults={
+                "branch": branch,
+                "base_branch": base_branch,
+                "number": info.number,
+                "url": info.url,
+                "head_sha": head_sha,
+                "title": title,
+                "last_run": ctx.run,
+                "state": PullRequest.State.OPEN,
+            },
+        )
+
+    ctx.write_on_commit(record)
+    kind = "updated" if existed or not info.created else "created"
+    ctx.emit(
+        f"agent.pr.{kind}",
+        {
+            "number": info.number,
+            "url": info.url,
+            "branch": branch,
+            "head_sha": head_sha,
+            "provider": provider.name,
+            "reconciled": not existed and not info.created,
+        },
+    )
+    return Outcome(to=S.COMPLETED)

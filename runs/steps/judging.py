@@ -1,0 +1,119 @@
+"""judging: rule checks, the optional model judge, and the approval request."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from runs.agent.judge import (
+    DEFAULT_MAX_DIFF_LINES,
+    Verdict,
+    judge_model_parse,
+    judge_rules,
+    verdict_combine,
+)
+from runs.agent.turns import turn_obtain
+from runs.engine import Outcome, StepContext, StepFailed
+from runs.models import Approval, JudgeAttempt, Patch
+from runs.steps.common import S, _retry_with_feedback
+
+JUDGE_PROMPT = (
+    "You review a patch made by a coding agent. Answer with JSON only: "
+    '{"verdict": "accept" | "revise" | "block", "score": <0..1>, "reasons": "<short>"}. '
+    "Block only for harmful or unrelated changes; ask to revise when the change does not "
+    "do what was asked."
+)
+
+
+def _model_judge(ctx: StepContext, diff_text: str) -> Verdict | None:
+    """The optional model judge: a score and a verdict, checkpointed like any turn."""
+    if not (ctx.task.model_options.get("model_judge", settings.AGENT_MODEL_JUDGE)):
+        return None
+    messages = [
+        {"role": "system", "content": JUDGE_PROMPT},
+        {"role": "user", "content": f"Task: {ctx.task.instruction}\n\nPatch:\n{diff_text[:40000]}"},
+    ]
+    reply = turn_obtain(ctx, turn_no=0, purpose="judge", messages=messages, tools=[], turn_index=0)
+    return judge_model_parse(reply.content)
+
+
+def step_judging(ctx: StepContext) -> Outcome:
+    """Rule checks on the patch, then the optional model judge; the worst verdict wins."""
+    patch = Patch.objects.select_related("diff_artifact").get(pk=ctx.checkpoint["patch_id"])
+    # The stored artifact is redacted; the judge must see what would be pushed.
+    diff_text = ctx.checkpoint.get("diff") or ""
+    if hashlib.sha256(diff_text.encode("utf-8")).hexdigest() != patch.diff_sha256:
+        diff_text = patch.diff_artifact.content
+    rules = judge_rules(
+        diff_text=diff_text,
+        files=list(patch.files_changed),
+        lines_changed=patch.lines_added + patch.lines_removed,
+        forbidden_paths=list(ctx.repository.forbidden_paths),
+        scope=ctx.task.model_options.get("scope"),
+        max_diff_lines=int(ctx.task.model_options.get("max_diff_lines", DEFAULT_MAX_DIFF_LINES)),
+    )
+    verdicts = [("rules", rules)]
+    if rules.verdict != "block":
+        model = _model_judge(ctx, diff_text)
+        if model is not None:
+            verdicts.append(("model", model))
+    for judge, verdict in verdicts:
+
+        def record_attempt(judge: str = judge, verdict: Verdict = verdict) -> None:
+            JudgeAttempt.objects.get_or_create(
+                run=ctx.run,
+                patch=patch,
+                judge=judge,
+                defaults={
+                    "verdict": verdict.verdict,
+                    "findings": verdict.findings,
+                    "score": verdict.score,
+                },
+            )
+
+        ctx.write_on_commit(record_attempt)
+        ctx.emit(
+            "agent.judge.completed",
+            {
+                "patch_id": patch.id,
+                "judge": judge,
+                "verdict": verdict.verdict,
+                "score": verdict.score,
+                "findings": verdict.findings,
+            },
+        )
+    worst = verdict_combine([v for _, v in verdicts])
+    if worst.verdict == "block":
+        rules_hit = ", ".join(sorted({str(f.get("rule")) for f in worst.findings}))
+        raise StepFailed("judge_blocked", f"blocked by: {rules_hit}")
+    if worst.verdict == "revise":
+        return _retry_with_feedback(
+            ctx,
+            reason="judge_revise",
+            feedback=f"A reviewer asks for changes: {json.dumps(worst.findings)}",
+        )
+    if ctx.task.execution_mode == "supervised_pr" or ctx.task.risk_level == "high":
+        expires = timezone.now() + timedelta(seconds=settings.APPROVAL_TTL_SECONDS)
+
+        def request_approval() -> None:
+            Approval.objects.get_or_create(
+                run=ctx.run,
+                status=Approval.Status.PENDING,
+                defaults={"patch": patch, "patch_sha256": patch.diff_sha256, "expires_at": expires},
+            )
+
+        ctx.write_on_commit(request_approval)
+        ctx.emit(
+            "agent.approval.requested",
+            {
+                "patch_id": patch.id,
+                "patch_sha256": patch.diff_sha256,
+                "expires_at": expires.isoformat(),
+            },
+        )
+        return Outcome(to=S.AWAITING_APPROVAL, wait=True)
+    return Outcome(to=S.CREATING_PR)

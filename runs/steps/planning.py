@@ -1,0 +1,19 @@
+"""planning: a short plan from the model before it acts."""
+
+from __future__ import annotations
+
+from runs.agent.artifacts import artifact_create
+from runs.agent.turns import turn_obtain
+from runs.engine import Outcome, StepContext
+from runs.steps.common import S
+
+
+def step_planning(ctx: StepContext) -> Outcome:
+    messages = list(ctx.checkpoint["messages"])
+    ask = [*messages, {"role": "user", "content": "Write a short plan before acting."}]
+    reply = turn_obtain(ctx, turn_no=0, purpose="plan", messages=ask, tools=[], turn_index=0)
+    plan = artifact_create(run=ctx.run, kind="plan", name="plan", content=reply.content)
+    messages.append({"role": "assistant", "content": f"Plan:\n{reply.content}"})
+    ctx.checkpoint["messages"] = messages
+    ctx.emit("agent.plan.created", {"artifact_id": str(plan.id), "summary": reply.content[:300]})
+    return Outcome(to=S.RUNNING)

@@ -1,0 +1,34 @@
+"""queued and preparing: announce the run, clone the repository."""
+
+from __future__ import annotations
+
+from runs.agent.sandbox import SandboxError
+from runs.agent.workspace import workspace_clone
+from runs.engine import Outcome, StepContext, StepFailed
+from runs.models import PullRequest
+from runs.steps.common import S
+
+
+def step_queued(ctx: StepContext) -> Outcome:
+    ctx.emit("agent.run.started", {"run_no": ctx.run.run_no, "attempt": ctx.lease.attempt})
+    return Outcome(to=S.PREPARING)
+
+
+def step_preparing(ctx: StepContext) -> Outcome:
+    """Clone the repository; follow-ups start from the task's PR branch."""
+    repository = ctx.repository
+    pr = PullRequest.objects.filter(task=ctx.task).first()
+    ref = ctx.task.target_branch or repository.default_branch
+    branch = pr.branch if pr else f"agent/{ctx.task.id.hex[:12]}"
+    start_ref = f"origin/{branch}" if pr else f"origin/{ref}"
+    ctx.check_cancelled()
+    try:
+        sandbox, sha = workspace_clone(run=ctx.run, ref=start_ref)
+    except SandboxError as exc:
+        raise StepFailed("clone_failed", str(exc)) from exc
+    ctx.checkpoint.update({"diff": "", "attempt_no": 1, "act_turns": 0, "messages": []})
+    ctx.emit(
+        "agent.sandbox.created",
+        {"base_commit": sha, "ref": start_ref, "sandbox": sandbox.path.name},
+    )
+    return Outcome(to=S.CONTEXT_LOADING, fields={"base_commit": sha, "branch": branch})

@@ -1,0 +1,245 @@
+"""running: model turns with tools, then the finished attempt's patch."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from runs.agent.artifacts import artifact_create, redact
+from runs.agent.budget import budget_enforce
+from runs.agent.sandbox import CommandCancelled, LocalSandbox
+from runs.agent.tools import TOOL_SCHEMAS, Toolbox, ToolDenied, ToolPolicy
+from runs.agent.turns import turn_obtain
+from runs.agent.workspace import workspace_diff
+from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
+from runs.models import Patch, Run, ToolCall
+from runs.steps.common import S, _restore
+
+TURNS_PER_STEP = 6
+# Tools after which the working copy may differ from the checkpointed diff.
+MUTATING_TOOLS = frozenset({"write_file", "replace_text", "run_command"})
+
+
+def _short(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Tool arguments fit for an event: long strings cut, secrets redacted."""
+    return {
+        k: redact(v[:200] + "…" if len(v) > 200 else v) if isinstance(v, str) else v
+        for k, v in arguments.items()
+    }
+
+
+def _toolbox(ctx: StepContext, sandbox: LocalSandbox) -> Toolbox:
+    repository = ctx.repository
+    return Toolbox(
+        sandbox,
+        ToolPolicy(
+            forbidden_paths=list(repository.forbidden_paths),
+            allowed_commands=list(repository.allowed_commands),
+            command_timeout=settings.COMMAND_TIMEOUT_SECONDS,
+        ),
+        should_stop=ctx.should_stop,
+    )
+
+
+def _tool_call_run(
+    ctx: StepContext, toolbox: Toolbox, *, turn_no: int, call_id: str, request: Any
+) -> tuple[str, bool]:
+    """Carry out one tool call the model asked for; returns its output and ``finished``.
+
+    The call's row and its requested/started (or denied) events commit before it runs,
+    so a long command is visible while it runs; its end commits after. A call that a
+    crashed attempt already reported is executed again to rebuild the working copy,
+    without reporting it twice.
+    """
+    ctx.check_cancelled()
+    keys = {"run": ctx.run, "step_no": ctx.step_no, "turn_no": turn_no, "call_id": call_id}
+    existing = ToolCall.objects.filter(**keys).first()
+    base = {
+        "tool_call_id": call_id,
+        "tool": request.name,
+        "turn_no": turn_no,
+        "step_no": ctx.step_no,
+    }
+    try:
+        toolbox.check(request.name, request.arguments)
+        denial = ""
+    except ToolDenied as exc:
+        denial = str(exc)
+    if existing is None:
+        with ctx.fenced():
+            ToolCall.objects.create(
+                **keys,
+                tool=request.name[:64],
+                arguments=request.arguments,
+                status=ToolCall.Status.DENIED if denial else ToolCall.Status.STARTED,
+                error=denial,
+                finished_at=timezone.now() if denial else None,
+            )
+            ctx.emit("agent.tool.call.requested", {**base, "arguments": _short(request.arguments)})
+            if denial:
+                ctx.emit("agent.tool.call.denied", {**base, "reason": denial})
+                ctx.emit(
+                    "agent.policy.denied",
+                    {**base, "reason": denial, "arguments": _short(request.arguments)},
+                )
+            else:
+                ctx.emit("agent.tool.call.started", base)
+    if denial:
+        return f"denied by policy: {denial}", False
+    started = time.monotonic()
+    try:
+        result = toolbox.execute(request.name, request.arguments)
+    except CommandCancelled as exc:
+        # The command's process group is already gone; say so before the run ends.
+        with ctx.fenced():
+            ToolCall.objects.filter(**keys).update(
+                status=ToolCall.Status.FAILED,
+                error="stopped: run cancelled",
+                duration_ms=int((time.monotonic() - started) * 1000),
+                finished_at=timezone.now(),
+            )
+            ctx.emit("agent.tool.call.failed", {**base, "error": "stopped: run cancelled"})
+        raise RunCancelled() from exc
+    duration_ms = int((time.monotonic() - started) * 1000)
+    report = existing is None or existing.status == ToolCall.Status.STARTED
+    with ctx.fenced():
+        ToolCall.objects.filter(**keys).update(
+            status=result.status,
+            result={"output": redact(result.output[:4000]), **result.data},
+            error="" if result.status == "completed" else redact(result.output[:1000]),
+            duration_ms=duration_ms,
+            finished_at=timezone.now(),
+        )
+        if report:
+            ctx.emit(
+                f"agent.tool.call.{result.status}",
+                {
+                    **base,
+                    "duration_ms": duration_ms,
+                    **result.data,
+                    "error": "" if result.status == "completed" else redact(result.output[-300:]),
+                },
+            )
+    return result.output, result.finished
+
+
+def _call_ids(turn_no: int, requests: list[Any]) -> list[str]:
+    """A unique id per call of a turn, even when a server repeats or omits ids."""
+    ids: list[str] = []
+    for position, request in enumerate(requests):
+        call_id = (request.id or f"call-{turn_no}-{position}")[:180]
+        if call_id in ids:
+            call_id = f"{call_id}#{position}"
+        ids.append(call_id)
+    return ids
+
+
+def step_running(ctx: StepContext) -> Outcome:
+    """Model turns with tools until the model finishes or the step's turn share is used.
+
+    After each turn the conversation and the working copy's diff are checkpointed, so a
+    re-executed step resumes at the next turn; the turn in flight is replayed from its
+    stored answer and its tools run again on the restored working copy.
+    """
+    sandbox = _restore(ctx)
+    toolbox = _toolbox(ctx, sandbox)
+    progress = ctx.checkpoint.get("progress") or {}
+    resuming = progress.get("step_no") == ctx.step_no
+    first_turn = int(progress.get("turn_no", 0)) + 1 if resuming else 1
+    finished = bool(progress.get("finished")) if resuming else False
+    messages: list[dict[str, Any]] = list(ctx.checkpoint.get("messages", []))
+    act_turns = int(ctx.checkpoint.get("act_turns", 0))
+    for turn_no in range(first_turn, TURNS_PER_STEP + 1):
+        if finished:
+            break
+        reply = turn_obtain(
+            ctx,
+            turn_no=turn_no,
+            purpose="act",
+            messages=messages,
+            tools=TOOL_SCHEMAS,
+            turn_index=act_turns,
+        )
+        act_turns += 1
+        call_ids = _call_ids(turn_no, reply.tool_calls)
+        messages.append(
+            {
+                "role": "assistant",
+                "content": reply.content,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                    }
+                    for call_id, c in zip(call_ids, reply.tool_calls, strict=True)
+                ],
+            }
+        )
+        if not reply.tool_calls:
+            messages.append({"role": "user", "content": "Use a tool, or call finish."})
+        for call_id, request in zip(call_ids, reply.tool_calls, strict=True):
+            output, done = _tool_call_run(
+                ctx, toolbox, turn_no=turn_no, call_id=call_id, request=request
+            )
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": output[:8000]})
+            finished = finished or done
+        if any(c.name in MUTATING_TOOLS for c in reply.tool_calls):
+            ctx.checkpoint["diff"] = workspace_diff(sandbox, ctx.run.base_commit).text
+        ctx.checkpoint.update(
+            messages=messages,
+            act_turns=act_turns,
+            progress={"step_no": ctx.step_no, "turn_no": turn_no, "finished": finished},
+        )
+        with ctx.fenced():
+            Run.objects.filter(pk=ctx.run.pk).update(checkpoint=ctx.checkpoint)
+        budget_enforce(ctx, "tool_retries")
+    if not finished:
+        return Outcome()  # stay in running; the next step continues the conversation
+    return _patch_record(ctx, sandbox)
+
+
+def _patch_record(ctx: StepContext, sandbox: LocalSandbox) -> Outcome:
+    """The finished attempt's diff as a Patch (once, even if this step runs again)."""
+    diff = workspace_diff(sandbox, ctx.run.base_commit)
+    ctx.checkpoint["diff"] = diff.text
+    if not diff.text.strip():
+        raise StepFailed("empty_patch", "the agent finished without changing anything")
+    attempt_no = int(ctx.checkpoint.get("attempt_no", 1))
+    patch = Patch.objects.filter(run=ctx.run, attempt_no=attempt_no).first()
+    if patch is None:
+        with ctx.fenced():
+            artifact = artifact_create(
+                run=ctx.run,
+                kind="diff",
+                name=f"patch {attempt_no}",
+                content=diff.text,
+                content_type="text/x-diff",
+            )
+            patch = Patch.objects.create(
+                run=ctx.run,
+                attempt_no=attempt_no,
+                diff_sha256=diff.sha256,
+                diff_artifact=artifact,
+                files_changed=diff.files,
+                lines_added=diff.added,
+                lines_removed=diff.removed,
+            )
+            ctx.emit(
+                "agent.patch.created",
+                {
+                    "patch_id": patch.id,
+                    "attempt_no": attempt_no,
+                    "sha256": patch.diff_sha256,
+                    "files": patch.files_changed,
+                    "lines_added": patch.lines_added,
+                    "lines_removed": patch.lines_removed,
+                    "artifact_id": str(artifact.id),
+                },
+            )
+    ctx.checkpoint["patch_id"] = patch.id
+    return Outcome(to=S.VERIFYING)
