@@ -1,7 +1,8 @@
 """Sandboxes: a private working copy per run and a guarded way to run commands in it.
 
 The backend is an interface (``Sandbox``) so a container backend can replace the local
-one; the rest of the agent only sees ``path``, ``resolve``, ``run`` and ``remove``.
+one; the rest of the agent only sees ``path``, ``run`` and ``remove``. Files of the working
+copy are read and written through ``runs.agent.safefs``, never by resolving paths.
 """
 
 from __future__ import annotations
@@ -27,10 +28,6 @@ ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "TZ", "TERM")
 
 class SandboxError(Exception):
     """A sandbox operation failed in a way the agent cannot correct."""
-
-
-class PathOutsideSandbox(SandboxError):
-    pass
 
 
 class CommandCancelled(SandboxError):
@@ -88,14 +85,6 @@ class Sandbox(ABC):
         timeout: float | None = None,
         should_stop: Callable[[], bool] | None = None,
     ) -> CommandResult: ...
-
-    def resolve(self, relative: str) -> Path:
-        """The absolute path of ``relative`` inside the working copy; refuses escapes."""
-        root = self.path.resolve()
-        candidate = (root / relative).resolve()
-        if candidate != root and root not in candidate.parents:
-            raise PathOutsideSandbox(f"path {relative!r} is outside the working copy")
-        return candidate
 
 
 def _git_env() -> dict[str, str]:

@@ -10,7 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from runs.agent.sandbox import PathOutsideSandbox, Sandbox
+from runs.agent import safefs
+from runs.agent.artifacts import redact
+from runs.agent.sandbox import Sandbox
 
 MAX_READ_BYTES = 64 * 1024
 MAX_SEARCH_HITS = 200
@@ -175,19 +177,17 @@ class Toolbox:
         if name in {"replace_text", "write_file", "read_file", "list_files", "search"}:
             path = str(arguments.get("path", "."))
             try:
-                resolved = self.sandbox.resolve(path)
-            except PathOutsideSandbox as exc:
+                relative = safefs.clean(path)
+            except safefs.UnsafePath as exc:
                 raise ToolDenied(str(exc)) from exc
-            # Check the path as given and as it resolves, so neither a "./" prefix nor
-            # a symlink inside the repository sneaks an edit past the policy.
-            relative = resolved.relative_to(self.sandbox.path.resolve()).as_posix()
-            if relative == ".git" or relative.startswith(".git/"):
+            # Links are never followed (safefs), so the cleaned path is the only name
+            # the call can reach: a "./" prefix or a symlink cannot sneak past the policy.
+            if ".git" in relative.split("/"):
                 raise ToolDenied("the repository's .git directory is off limits")
             if name in {"replace_text", "write_file"}:
-                for candidate in (path, relative):
-                    pattern = path_is_forbidden(candidate, self.policy.forbidden_paths)
-                    if pattern:
-                        raise ToolDenied(f"path {path!r} is forbidden by policy ({pattern})")
+                pattern = path_is_forbidden(relative, self.policy.forbidden_paths)
+                if pattern:
+                    raise ToolDenied(f"path {path!r} is forbidden by policy ({pattern})")
         if name == "run_command":
             command = str(arguments.get("command", ""))
             try:
@@ -202,31 +202,36 @@ class Toolbox:
                 raise ToolDenied("shell operators are not allowed in commands")
 
     def execute(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """Run the tool; its output is redacted of known secret patterns.
+
+        Redaction is the second line of defence: the walls (safefs, the sandbox) keep
+        secrets out of reach; this catches what a repository itself holds.
+        """
         handler = getattr(self, f"_tool_{name}")
         try:
-            return handler(**arguments)
+            result: ToolResult = handler(**arguments)
         except TypeError as exc:
-            return ToolResult("failed", f"bad arguments for {name}: {exc}")
+            result = ToolResult("failed", f"bad arguments for {name}: {exc}")
+        except safefs.UnsafePath as exc:
+            result = ToolResult("denied", f"refused: {exc}")
         except (OSError, UnicodeDecodeError, re.error) as exc:
-            return ToolResult("failed", f"{type(exc).__name__}: {exc}")
+            result = ToolResult("failed", f"{type(exc).__name__}: {exc}")
+        result.output = redact(result.output)
+        return result
 
     # --- the tools --------------------------------------------------------------------
+    # Every file access goes through safefs: no link is followed, nothing outside the
+    # working copy is reachable, whatever the repository or a command planted.
 
     def _tool_list_files(self, path: str = ".") -> ToolResult:
-        base = self.sandbox.resolve(path)
-        root = self.sandbox.path.resolve()
-        files = sorted(
-            str(p.relative_to(root))
-            for p in base.rglob("*")
-            if p.is_file() and ".git" not in p.relative_to(root).parts
-        )
+        files = [entry.path for entry in safefs.walk(self.sandbox.path, path)]
         return ToolResult("completed", "\n".join(files[:2000]), {"count": len(files)})
 
     def _tool_read_file(
         self, path: str, start_line: int | None = None, end_line: int | None = None
     ) -> ToolResult:
-        target = self.sandbox.resolve(path)
-        text = target.read_bytes()[:MAX_READ_BYTES].decode("utf-8", errors="replace")
+        raw = safefs.read_bytes(self.sandbox.path, path, limit=MAX_READ_BYTES)
+        text = raw.decode("utf-8", errors="replace")
         lines = text.splitlines()
         first = max(1, start_line or 1)
         last = min(len(lines), end_line or len(lines))
@@ -235,39 +240,33 @@ class Toolbox:
 
     def _tool_search(self, pattern: str, path: str = ".") -> ToolResult:
         regex = re.compile(pattern)
-        base = self.sandbox.resolve(path)
-        root = self.sandbox.path.resolve()
         hits: list[str] = []
-        candidates = [base] if base.is_file() else sorted(base.rglob("*"))
-        for file in candidates:
-            if not file.is_file() or ".git" in file.relative_to(root).parts:
-                continue
+        for entry in safefs.walk(self.sandbox.path, path):
+            if len(hits) >= MAX_SEARCH_HITS:
+                break
             try:
-                content = file.read_text(encoding="utf-8")
-            except (UnicodeDecodeError, OSError):
+                content = safefs.read_text(self.sandbox.path, entry.path)
+            except (UnicodeDecodeError, OSError, safefs.UnsafePath):
                 continue
             for number, line in enumerate(content.splitlines(), 1):
                 if regex.search(line):
-                    hits.append(f"{file.relative_to(root)}:{number}: {line}")
+                    hits.append(f"{entry.path}:{number}: {line}")
                     if len(hits) >= MAX_SEARCH_HITS:
                         break
         return ToolResult("completed", "\n".join(hits), {"hits": len(hits)})
 
     def _tool_replace_text(self, path: str, old: str, new: str, count: int = 0) -> ToolResult:
-        target = self.sandbox.resolve(path)
-        content = target.read_text(encoding="utf-8")
+        content = safefs.read_text(self.sandbox.path, path)
         found = content.count(old)
         if found == 0:
             return ToolResult("failed", f"text not found in {path}")
         if count == 0 and found > 1:
             return ToolResult("failed", f"text occurs {found} times in {path}; pass count")
-        target.write_text(content.replace(old, new, count or 1), encoding="utf-8")
+        safefs.write_text(self.sandbox.path, path, content.replace(old, new, count or 1))
         return ToolResult("completed", f"replaced {count or 1} occurrence(s) in {path}")
 
     def _tool_write_file(self, path: str, content: str) -> ToolResult:
-        target = self.sandbox.resolve(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, encoding="utf-8")
+        safefs.write_text(self.sandbox.path, path, content)
         return ToolResult("completed", f"wrote {len(content)} characters to {path}")
 
     def _tool_run_command(self, command: str) -> ToolResult:

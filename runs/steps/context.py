@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from runs.agent.artifacts import artifact_create
+from runs.agent import safefs
+from runs.agent.artifacts import artifact_create, redact
 from runs.engine import Outcome, StepContext
 from runs.steps.common import S, _sandbox
 
@@ -18,20 +19,18 @@ SYSTEM_PROMPT = (
 def repository_map(ctx: StepContext) -> str:
     """Files with their sizes and the first lines of each, within a character budget."""
     sandbox = _sandbox(ctx)
-    root = sandbox.path
-    files = sorted(
-        p for p in root.rglob("*") if p.is_file() and ".git" not in p.relative_to(root).parts
-    )
+    # safefs: a committed link (e.g. to /proc/self/environ) is listed by no one and read
+    # by no one; only regular files inside the working copy reach the model.
+    files = list(safefs.walk(sandbox.path))
     lines = [f"{len(files)} files"]
-    for path in files:
-        relative = path.relative_to(root)
+    for entry in files:
         try:
-            text = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            lines.append(f"- {relative} (binary)")
+            text = safefs.read_text(sandbox.path, entry.path, limit=256 * 1024)
+        except (UnicodeDecodeError, OSError, safefs.UnsafePath):
+            lines.append(f"- {entry.path} (binary)")
             continue
         head = " | ".join(s.strip() for s in text.splitlines()[:3] if s.strip())[:120]
-        lines.append(f"- {relative} ({len(text.splitlines())} lines) {head}")
+        lines.append(f"- {entry.path} ({len(text.splitlines())} lines) {redact(head)}")
         if sum(len(line) for line in lines) > CONTEXT_CHAR_BUDGET:
             lines.append("- ... (truncated to the context budget)")
             break
