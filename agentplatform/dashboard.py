@@ -27,9 +27,9 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from jobs.models import DeadLetter, OutboxEvent
-from jobs.reaper import oldest_lease_age_seconds
 from jobs.relay import outbox_lag_seconds
 from runs.models import Run
+from runs.reaper import oldest_lease_age_seconds
 from runs.state import ACTIVE, TERMINAL
 
 QUEUES = ("agent", "verify", "events", "webhooks")

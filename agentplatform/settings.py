@@ -219,7 +219,7 @@ EVENT_CONSUMERS = _env_value(
     list,
     [
         "jobs.consumers.cost.COST_AGGREGATION",
-        "jobs.consumers.notify.SOURCE_NOTIFICATION",
+        "runs.notify.SOURCE_NOTIFICATION",
     ],
 )
 EVENT_CONSUMER_MAX_RETRIES = _env_value("EVENT_CONSUMER_MAX_RETRIES", int, 5)

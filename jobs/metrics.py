@@ -1,4 +1,4 @@
-"""Prometheus metrics of delivery: outbox lag, publishes, consumers, dead letters, leases.
+"""Prometheus metrics of delivery: outbox lag, publishes, consumers, dead letters.
 
 The gauges read the database when scraped (``set_function``), so they are exact at scrape
 time and cost nothing between scrapes.
@@ -27,26 +27,12 @@ def _outbox_pending() -> float:
         return float("nan")
 
 
-def _oldest_lease() -> float:
-    from jobs.reaper import oldest_lease_age_seconds
-
-    try:
-        return oldest_lease_age_seconds()
-    except Exception:
-        return float("nan")
-
-
 outbox_lag = Gauge(
     "agentplatform_outbox_lag_seconds", "Age of the oldest unpublished outbox event."
 )
 outbox_lag.set_function(_outbox_lag)
 outbox_pending = Gauge("agentplatform_outbox_pending_events", "Outbox events not yet published.")
 outbox_pending.set_function(_outbox_pending)
-oldest_lease_age = Gauge(
-    "agentplatform_oldest_active_lease_age_seconds",
-    "Seconds since the last heartbeat of the oldest lease held by an active run.",
-)
-oldest_lease_age.set_function(_oldest_lease)
 
 events_published = Counter(
     "agentplatform_outbox_events_published_total", "Outbox events published to every sink."

@@ -279,7 +279,7 @@ def _publish(
         for row in rows:
             heads.setdefault(row.partition_key, row)
         return [], [(row, exc) for row in heads.values()]
-    from agentplatform.celery import app
+    from celery import current_app as app
 
     published: list[OutboxEvent] = []
     failed: dict[str, tuple[OutboxEvent, Exception]] = {}

@@ -1,12 +1,14 @@
 """The safety-net schedules beat runs, kept in django-celery-beat's tables.
 
 Every one is a net under an event-driven path (DESIGN §1.2), so they run every 5-30 s,
-not every second: beat costs CPU per tick.
+not every second: beat costs CPU per tick. ``jobs`` registers its own sweeps; the domain
+apps register theirs from ``AppConfig.ready`` with ``schedule_register``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import transaction
 
@@ -18,25 +20,33 @@ class Schedule:
     every_seconds: int
 
 
-SCHEDULES = [
-    Schedule("outbox sweep", "jobs.outbox_relay", 10),
-    Schedule("zombie reaper", "jobs.zombies_reap", 10),
-    Schedule("approval expiry", "jobs.approvals_expire", 30),
-    Schedule("deferred task re-admission", "jobs.tasks_readmit", 15),
-    Schedule("sandbox orphan sweep", "jobs.sandboxes_sweep", 300),
-]
+_registered: dict[str, Schedule] = {}
+
+
+def schedule_register(schedule: Schedule) -> None:
+    """Add a schedule that ``beat_schedules_ensure`` keeps in the database (by name)."""
+    _registered[schedule.name] = schedule
+
+
+def schedules_registered() -> list[Schedule]:
+    return list(_registered.values())
+
+
+schedule_register(Schedule("outbox sweep", "jobs.outbox_relay", 10))
 
 
 def beat_schedules_ensure(*, reset: bool = False) -> list[str]:
     """Create the schedules that are missing; returns their names.
 
-    Idempotent. An operator's edits (interval, enabled) are kept unless ``reset``.
+    Idempotent. An operator's edits (interval, enabled) are kept unless ``reset``; the
+    task a schedule names is always the registered one, so a task that moved or was
+    renamed is followed without operator action.
     """
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
     created: list[str] = []
     with transaction.atomic():
-        for schedule in SCHEDULES:
+        for schedule in schedules_registered():
             interval, _ = IntervalSchedule.objects.get_or_create(
                 every=schedule.every_seconds, period=IntervalSchedule.SECONDS
             )
@@ -54,6 +64,15 @@ def beat_schedules_ensure(*, reset: bool = False) -> list[str]:
                 _, was_created = PeriodicTask.objects.get_or_create(
                     name=schedule.name, defaults=defaults
                 )
+                if not was_created:
+                    PeriodicTask.objects.filter(name=schedule.name).exclude(
+                        task=schedule.task
+                    ).update(task=schedule.task)
             if was_created:
                 created.append(schedule.name)
     return created
+
+
+def schedules_after_migrate(**kwargs: Any) -> None:
+    """post_migrate: every install (fresh or upgraded) has the registered schedules."""
+    beat_schedules_ensure()

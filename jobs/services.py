@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
@@ -9,6 +10,19 @@ from django.utils import timezone
 
 from jobs.logs import log
 from jobs.models import DeadLetter
+
+DeadLetterListener = Callable[[DeadLetter], None]
+_listeners: list[DeadLetterListener] = []
+
+
+def dead_letter_listener_register(listener: DeadLetterListener) -> None:
+    """Call ``listener(letter)`` inside the transaction that records each dead letter.
+
+    The domain apps say there what a dead letter means to them (an event on a timeline,
+    a run that can no longer finish); a listener may update and save the letter.
+    """
+    if listener not in _listeners:
+        _listeners.append(listener)
 
 
 def dead_letter_record(
@@ -23,13 +37,7 @@ def dead_letter_record(
     attempts: int,
     recoveries: int = 0,
 ) -> DeadLetter:
-    """Record a job that exhausted its retries (or failed for good), and say so as an event.
-
-    A run step that dead-letters also ends its run failed, so nothing waits on it.
-    """
-    from runs.models import Run
-    from runs.timeline import PendingEvent, events_record, system_event_record
-
+    """Record a job that exhausted its retries (or failed for good); listeners announce it."""
     now = timezone.now()
     with transaction.atomic():
         letter = DeadLetter.objects.filter(task_id=task_id, status=DeadLetter.Status.OPEN).first()
@@ -39,40 +47,11 @@ def dead_letter_record(
         letter.exception, letter.traceback = exception[:5000], traceback[-20000:]
         letter.attempts, letter.last_failed_at = attempts, now
         letter.recoveries = recoveries
-        run = None
-        if task_name == "runs.step" and args:
-            run = Run.objects.select_related("task").filter(pk=args[0]).first()
-            if run is not None:
-                letter.recoveries = max(recoveries, run.recoveries)
-        data = {
-            "dead_letter_id": str(letter.id),
-            "task_name": task_name,
-            "exception": exception[:500],
-            "attempts": attempts,
-            "recoveries": letter.recoveries,
-        }
-        if run is not None:
-            letter.workspace_id = run.task.workspace_id
-            letter.save()
-            events_record(
-                task=run.task, run=run, events=[PendingEvent("agent.job.dead_lettered", data)]
-            )
-        else:
-            letter.workspace_id = _workspace_of_event_job(task_name, args)
-            letter.save()
-            system_event_record(
-                type="agent.job.dead_lettered",
-                data=data,
-                partition_key=f"job:{task_name}",
-                workspace_id=letter.workspace_id,
-            )
+        letter.workspace_id = _workspace_of_event_job(task_name, args)
+        letter.save()
+        for listener in _listeners:
+            listener(letter)
     log.error("job.dead_lettered", task=task_name, task_id=task_id, exception=exception[:300])
-    if run is not None:
-        from runs.engine import run_end_unleased
-
-        run_end_unleased(
-            run_id=run.id, target=Run.Status.FAILED, reason="step_error", detail=exception
-        )
     return letter
 
 
@@ -95,7 +74,7 @@ def dead_letter_requeue(*, letter: DeadLetter, by: str) -> bool:
     The job is sent on commit, so a rolled-back requeue sends nothing; jobs are
     idempotent (receipts, step numbers), so requeueing one that partly ran is safe.
     """
-    from agentplatform.celery import app
+    from celery import current_app
 
     with transaction.atomic():
         updated = DeadLetter.objects.filter(pk=letter.pk, status=DeadLetter.Status.OPEN).update(
@@ -103,7 +82,7 @@ def dead_letter_requeue(*, letter: DeadLetter, by: str) -> bool:
         )
         if updated:
             transaction.on_commit(
-                lambda: app.send_task(
+                lambda: current_app.send_task(
                     letter.task_name,
                     args=letter.args,
                     kwargs=letter.kwargs,

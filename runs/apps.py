@@ -7,3 +7,16 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         from agentplatform import checks  # noqa: F401  (registers the system checks)
+        from jobs.schedules import Schedule, schedule_register
+        from jobs.services import dead_letter_listener_register
+        from runs import metrics  # noqa: F401  (registers the gauges)
+        from runs.dead_letters import dead_letter_announce
+
+        dead_letter_listener_register(dead_letter_announce)
+        for schedule in (
+            Schedule("zombie reaper", "runs.zombies_reap", 10),
+            Schedule("approval expiry", "runs.approvals_expire", 30),
+            Schedule("deferred task re-admission", "runs.tasks_readmit", 15),
+            Schedule("sandbox orphan sweep", "runs.sandboxes_sweep", 300),
+        ):
+            schedule_register(schedule)

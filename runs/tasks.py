@@ -22,3 +22,40 @@ from runs import engine
 def run_step(self: DurableTask, run_id: str, step_no: int) -> str:
     """Advance a run by one step if this message is still the current one."""
     return engine.step_execute(run_id=run_id, step_no=step_no)
+
+
+@shared_task(name="runs.zombies_reap", base=DurableTask, ignore_result=True)
+def zombies_reap() -> dict[str, int]:
+    from runs.reaper import zombies_reap as reap
+
+    report = reap()
+    return {
+        "recovered": report.recovered,
+        "failed": report.failed,
+        "redispatched": report.redispatched,
+    }
+
+
+@shared_task(name="runs.approvals_expire", base=DurableTask, ignore_result=True)
+def approvals_expire() -> int:
+    from runs.services import approvals_expire as expire
+
+    # Safe to run twice at once: each approval is expired under its row lock.
+    return expire()
+
+
+@shared_task(name="runs.tasks_readmit", base=DurableTask, ignore_result=True)
+def tasks_readmit() -> int:
+    from runs.services import tasks_readmit as readmit
+
+    return readmit()
+
+
+@shared_task(name="runs.sandboxes_sweep", base=DurableTask, ignore_result=True)
+def sandboxes_sweep() -> int:
+    from runs.agent.sandbox import sandbox_orphans_sweep
+    from runs.models import Run
+    from runs.state import ACTIVE
+
+    active = {str(pk) for pk in Run.objects.filter(status__in=ACTIVE).values_list("pk", flat=True)}
+    return len(sandbox_orphans_sweep(active_run_ids=active))

@@ -72,7 +72,7 @@ def test_two_beats_fire_each_schedule_once_and_fail_over(tmp_path):
     PeriodicTask.objects.all().delete()
     every_second, _ = IntervalSchedule.objects.get_or_create(every=1, period="seconds")
     PeriodicTask.objects.create(
-        name="beat probe", task="jobs.tasks_readmit", interval=every_second, queue=PROBE_QUEUE
+        name="beat probe", task="runs.tasks_readmit", interval=every_second, queue=PROBE_QUEUE
     )
     beats = [Beat("a", tmp_path), Beat("b", tmp_path)]
     try:

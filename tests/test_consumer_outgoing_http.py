@@ -12,10 +12,10 @@ from django.db import transaction
 from django.test import override_settings
 
 from jobs.consumers import event_consume
-from jobs.consumers.notify import MARKER
 from jobs.models import EventSubscription, Notification, OutboxEvent, ProcessedEvent
 from jobs.subscriptions import DeliveryFailed, signature_verify, subscription_deliver
 from runs.models import Run
+from runs.notify import MARKER
 from runs.timeline import PendingEvent, events_record
 from tests.factories import TaskFactory
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from jobs.reaper import zombies_reap
 from runs.models import ModelTurn, PullRequest, Run, ToolCall
+from runs.reaper import zombies_reap
 from runs.services import task_submit
 from runs.state import TERMINAL
 from tests.conftest import wait_for

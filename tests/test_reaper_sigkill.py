@@ -11,9 +11,9 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from jobs.reaper import ReapReport, zombies_reap
 from runs import demo
 from runs.models import Run
+from runs.reaper import ReapReport, zombies_reap
 from runs.services import task_submit
 from runs.state import TERMINAL
 from tests.conftest import wait_for

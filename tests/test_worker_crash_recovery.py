@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from jobs.reaper import zombies_reap
 from runs import demo
 from runs.models import PullRequest, Run, ToolCall
+from runs.reaper import zombies_reap
 from runs.services import task_submit
 from runs.state import TERMINAL
 from tests.conftest import wait_for

@@ -102,7 +102,7 @@ def test_operator_cancels_a_run(logged_in: Any, live_server: Any) -> None:
 
 
 def test_operator_requeues_a_dead_letter(logged_in: Any, live_server: Any) -> None:
-    letter = DeadLetterFactory(task_name="jobs.tasks_readmit", queue="events")
+    letter = DeadLetterFactory(task_name="runs.tasks_readmit", queue="events")
     page = logged_in
     page.goto(f"{live_server.url}/admin/jobs/deadletter/?status__exact=open")
 

@@ -11,9 +11,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from jobs.locks import sweep_lock
-from jobs.logs import log
 from runs import dispatch
 from runs.engine import run_end_unleased
+from runs.logs import log
 from runs.models import Run
 from runs.services import run_recover_stalled
 from runs.state import ACTIVE
