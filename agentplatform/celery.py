@@ -1,8 +1,9 @@
 """The Celery application: configured from Django settings (namespace CELERY_)."""
 
 import os
+from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 
 from agentplatform import broker  # noqa: F401  (registers the embedded transport)
 
@@ -11,3 +12,62 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentplatform.settings")
 app = Celery("agentplatform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# What a task's positional arguments name, bound to its log lines (see _task_started).
+_TASK_ARG_CONTEXT: dict[str, tuple[str, ...]] = {
+    "runs.step": ("run_id", "step_no"),
+    "jobs.event_consume": ("consumer", "event_id"),
+    "jobs.subscription_deliver": ("subscription_id", "event_id"),
+    "webhooks.receipt_process": ("receipt_id",),
+}
+
+
+@signals.setup_logging.connect
+def _logging_from_django(**kwargs: Any) -> None:
+    """Celery logs through Django's LOGGING (the structured pipeline), not its own format."""
+    import logging.config
+
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+
+
+@signals.before_task_publish.connect
+def _trace_headers(headers: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    """Every message carries the sender's trace (a relay sets the event's own)."""
+    from jobs import tracing
+
+    if headers is None or headers.get("traceparent"):
+        return
+    child = tracing.traceparent_child(tracing.traceparent_current())
+    if child:
+        headers["traceparent"] = child
+
+
+@signals.task_prerun.connect
+def _task_started(task_id: str = "", task: Any = None, args: Any = None, **kwargs: Any) -> None:
+    import structlog
+
+    from jobs import tracing
+
+    structlog.contextvars.clear_contextvars()
+    context: dict[str, Any] = {"celery_task_id": task_id, "celery_task": getattr(task, "name", "")}
+    names = _TASK_ARG_CONTEXT.get(getattr(task, "name", ""), ())
+    for name, value in zip(names, args or (), strict=False):
+        context[name] = value
+    structlog.contextvars.bind_contextvars(**context)
+    request = getattr(task, "request", None)
+    incoming = getattr(request, "traceparent", None) or (
+        (getattr(request, "headers", None) or {}).get("traceparent")
+    )
+    tracing.trace_activate(tracing.traceparent_child(incoming))
+
+
+@signals.task_postrun.connect
+def _task_finished(**kwargs: Any) -> None:
+    import structlog
+
+    from jobs import tracing
+
+    tracing.trace_clear()
+    structlog.contextvars.clear_contextvars()

@@ -8,6 +8,7 @@ it runs in production mode. Every variable is listed in the README.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every later line of the request carries its request id and trace.
+    "agentplatform.middleware.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -357,8 +360,28 @@ if PRODUCTION:
     SESSION_COOKIE_SECURE = _env_value("SESSION_COOKIE_SECURE", bool, True)
     CSRF_COOKIE_SECURE = _env_value("CSRF_COOKIE_SECURE", bool, True)
 
+# --- Observability ----------------------------------------------------------------------
+
+# Counters and histograms of every process of this deployment on this host (memory-mapped
+# files, prometheus-client multiprocess mode); emptied when `serve` starts.
+METRICS_DIR = Path(_env_value("PROMETHEUS_MULTIPROC_DIR", str, str(VAR_DIR / "metrics"))).resolve()
+METRICS_DIR.mkdir(parents=True, exist_ok=True)
+# Child processes (workers, beat, uvicorn) inherit the same directory.
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(METRICS_DIR))
+# /metrics: open to these networks (peer address, never through a proxy), else a bearer token.
+METRICS_TOKEN = _env_value("METRICS_TOKEN", str, "")
+METRICS_ALLOWED_NETWORKS = _env_value("METRICS_ALLOWED_NETWORKS", list, ["127.0.0.0/8", "::1/128"])
+for _network in METRICS_ALLOWED_NETWORKS:
+    try:
+        import ipaddress as _ipaddress
+
+        _ipaddress.ip_network(_network, strict=False)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"Invalid value for METRICS_ALLOWED_NETWORKS: {exc}") from exc
+
 LOG_LEVEL = _env_value("LOG_LEVEL", str, "INFO")
 LOG_JSON = _env_value("LOG_JSON", bool, PRODUCTION)
+_CONSOLE = {"handlers": ["console"], "propagate": False}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -372,7 +395,15 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
+        # The request middleware logs every response (4xx at info, 5xx at error with the
+        # request id); Django's own logger would repeat each 4xx as a warning.
+        "django.request": {"level": "ERROR"},
         "celery": {"level": LOG_LEVEL},
+        # uvicorn configures its own plain-text handlers before Django starts; these
+        # replace them. Its access lines repeat the middleware's, so only errors pass.
+        "uvicorn": {**_CONSOLE, "level": LOG_LEVEL},
+        "uvicorn.error": {**_CONSOLE, "level": LOG_LEVEL},
+        "uvicorn.access": {**_CONSOLE, "level": "WARNING"},
         # The embedded transport has no host; kombu says so on every connection.
         "kombu.connection": {"level": "ERROR"},
     },

@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from agentplatform import dashboard, health
+from agentplatform import dashboard, health, metrics_endpoint
 
 urlpatterns = [
     # Before admin.site.urls, whose catch-all would otherwise claim the path.
@@ -9,6 +9,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics_endpoint.metrics_view, name="metrics"),
     path("webhooks/", include("webhooks.urls")),
     path("api/", include("agentplatform.api.urls")),
 ]

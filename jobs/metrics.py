@@ -1,59 +1,73 @@
-"""Prometheus metrics of delivery: outbox lag, publishes, consumers, dead letters.
+"""Prometheus metrics of delivery, and the store every process's metrics are written to.
 
-The gauges read the database when scraped (``set_function``), so they are exact at scrape
-time and cost nothing between scrapes.
+Counters and histograms use prometheus-client's multiprocess mode: each process writes
+its values to memory-mapped files in ``PROMETHEUS_MULTIPROC_DIR`` (default
+``var/metrics``), and a scrape of any web process sums the files of all processes of the
+deployment on that host. The directory must be emptied before the deployment's processes
+start (``manage.py serve`` does; under systemd, ``ExecStartPre``). Every module that
+defines metrics imports this one first.
+
+The state gauges (outbox lag and backlog, queue depth, open dead letters, oldest lease,
+active runs) are computed at scrape time by ``agentplatform.metrics_endpoint``.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import os
+import shutil
+from pathlib import Path
+
+from prometheus_client import Counter, Histogram, values
 
 
-def _outbox_lag() -> float:
-    from jobs.relay import outbox_lag_seconds
+def multiprocess_dir() -> Path:
+    """The deployment's metrics directory (PROMETHEUS_MULTIPROC_DIR, else var/metrics)."""
+    configured = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not configured:
+        from django.conf import settings
 
-    try:
-        return outbox_lag_seconds()
-    except Exception:  # a scrape must not fail because the database blinked
-        return float("nan")
-
-
-def _outbox_pending() -> float:
-    from jobs.relay import outbox_pending_count
-
-    try:
-        return float(outbox_pending_count())
-    except Exception:
-        return float("nan")
+        configured = str(settings.METRICS_DIR)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = configured
+    path = Path(configured)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
-outbox_lag = Gauge(
-    "agentplatform_outbox_lag_seconds", "Age of the oldest unpublished outbox event."
-)
-outbox_lag.set_function(_outbox_lag)
-outbox_pending = Gauge("agentplatform_outbox_pending_events", "Outbox events not yet published.")
-outbox_pending.set_function(_outbox_pending)
+def multiprocess_dir_reset() -> Path:
+    """Empty the directory before a deployment's processes start (dead processes' files)."""
+    path = multiprocess_dir()
+    for child in path.iterdir():
+        if child.is_file() and child.suffix == ".db":
+            child.unlink(missing_ok=True)
+        elif child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+    return path
+
+
+# prometheus-client picks its value store when first imported; whatever imported it first,
+# every metric defined from here on is written to the shared directory.
+multiprocess_dir()
+if values.ValueClass.__name__ != "MmapedValue":
+    values.ValueClass = values.MultiProcessValue()
 
 events_published = Counter(
-    "agentplatform_outbox_events_published_total", "Outbox events published to every sink."
+    "agent_outbox_events_published", "Outbox events published to every sink."
 )
 publish_failures = Counter(
-    "agentplatform_outbox_publish_failures_total",
+    "agent_outbox_publish_failures",
     "Partitions whose publish failed and was rescheduled with backoff.",
 )
 relay_publish_seconds = Histogram(
-    "agentplatform_outbox_batch_publish_seconds", "Time to publish one claimed batch."
+    "agent_outbox_batch_publish_seconds", "Time to publish one claimed batch."
 )
 consumer_events = Counter(
-    "agentplatform_consumer_events_total",
+    "agent_consumer_events",
     "Events handled by in-app consumers.",
     ["consumer", "outcome"],
 )
 subscription_deliveries = Counter(
-    "agentplatform_subscription_deliveries_total",
+    "agent_subscription_deliveries",
     "Outgoing HTTP subscription deliveries.",
     ["outcome"],
 )
-dead_letters = Counter(
-    "agentplatform_dead_letters_total", "Jobs that became dead letters.", ["task"]
-)
+dead_letters = Counter("agent_dead_letters", "Jobs that became dead letters.", ["task"])

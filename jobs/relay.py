@@ -162,19 +162,26 @@ class Deliveries:
         """Enqueue the row's consumer and subscription messages; returns how many."""
         from jobs.consumers import consumers_for
         from jobs.tasks import event_consume, subscription_deliver
+        from jobs.tracing import event_headers
 
         sent = 0
         event_id = str(row.event_id)
         for consumer in consumers_for(row.type):
             event_consume.apply_async(
-                args=(consumer.name, event_id), queue="events", producer=producer
+                args=(consumer.name, event_id),
+                queue="events",
+                producer=producer,
+                headers=event_headers(row.payload),
             )
             sent += 1
         workspace = row.payload.get("workspaceid")
         for sub in self.subscriptions.get(int(workspace), []) if workspace else []:
             if sub.wants(row.type):
                 subscription_deliver.apply_async(
-                    args=(sub.pk, event_id), queue="events", producer=producer
+                    args=(sub.pk, event_id),
+                    queue="events",
+                    producer=producer,
+                    headers=event_headers(row.payload),
                 )
                 sent += 1
         return sent

@@ -9,7 +9,6 @@ class RunsConfig(AppConfig):
         from agentplatform import checks  # noqa: F401  (registers the system checks)
         from jobs.schedules import Schedule, schedule_register
         from jobs.services import dead_letter_listener_register
-        from runs import metrics  # noqa: F401  (registers the gauges)
         from runs.dead_letters import dead_letter_announce
 
         dead_letter_listener_register(dead_letter_announce)

@@ -25,6 +25,7 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from agentplatform import observability
 from runs import dispatch
 from runs.logs import log
 from runs.models import Run, Task
@@ -272,6 +273,7 @@ def step_execute(*, run_id: str, step_no: int, owner: str | None = None) -> str:
     if lease is None:
         return "skipped"
     run = Run.objects.select_related("task__repository", "task__workspace").get(pk=run_id)
+    observability.step_bind(run, step_no)
     ctx = StepContext(run, lease)
     try:
         if run.cancel_requested_at is not None:
@@ -279,7 +281,7 @@ def step_execute(*, run_id: str, step_no: int, owner: str | None = None) -> str:
         else:
             budget_check(ctx)
             handler = _handlers()[run.status]
-            with Heartbeat(lease) as heartbeat:
+            with Heartbeat(lease) as heartbeat, observability.step_timed(run.status):
                 ctx.heartbeat = heartbeat
                 outcome = handler(ctx)
             if heartbeat.lost:

@@ -10,6 +10,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from jobs import tracing
+
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
@@ -162,6 +164,11 @@ class Task(models.Model):
     usage = models.JSONField(default=dict, blank=True)
     # Feedback that arrived while a run was active, batched into the next follow-up.
     pending_feedback = models.TextField(blank=True)
+    # W3C trace context of the request or webhook that created the task; its runs' steps
+    # and events continue this trace.
+    traceparent = models.CharField(
+        max_length=55, blank=True, default=tracing.traceparent_current_or_new, editable=False
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -7,7 +7,6 @@ the other, and neither exists without the state change that caused it.
 
 from __future__ import annotations
 
-import secrets
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,7 +17,9 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from agentplatform.metrics import events_observe
 from jobs.models import OutboxEvent
+from jobs.tracing import event_traceparent
 from runs.models import Run, RunEvent, Task
 
 EVENT_VERSION = "1"
@@ -32,8 +33,8 @@ class PendingEvent:
 
 
 def traceparent_for(task: Task) -> str:
-    """W3C traceparent: one trace per task, a new span id per event."""
-    return f"00-{task.id.hex}-{secrets.token_hex(8)}-01"
+    """W3C traceparent: the trace of the request or step recording it, else the task's."""
+    return event_traceparent(task)
 
 
 def envelope(
@@ -143,6 +144,7 @@ def events_record(
         )
     RunEvent.objects.bulk_create(recorded)
     OutboxEvent.objects.bulk_create(outbox)
+    transaction.on_commit(partial(events_observe, task, run, pending), robust=True)
     transaction.on_commit(_wake_relay)
     if run is not None and not settings.EMBEDDED:
         transaction.on_commit(partial(_announce, run.id, run.last_sequence_no), robust=True)

@@ -32,7 +32,7 @@ def secrets(settings):
 def _refusals(provider: str, reason: str) -> float:
     return (
         REGISTRY.get_sample_value(
-            "agentplatform_webhook_signature_failures_total",
+            "agent_webhook_signature_failures_total",
             {"provider": provider, "reason": reason},
         )
         or 0.0

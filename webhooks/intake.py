@@ -250,10 +250,10 @@ def webhook_receipt_record(
         )
         if existing is None:
             raise
-        metrics.deliveries.labels(provider=provider, outcome="duplicate").inc()
+        metrics.deliveries.labels(provider=provider, result="duplicate").inc()
         log.info("webhook.duplicate", provider=provider, delivery_id=delivery_id, hook_id=hook_id)
         return IntakeResult(receipt_id=existing, duplicate=True)
-    metrics.deliveries.labels(provider=provider, outcome="accepted").inc()
+    metrics.deliveries.labels(provider=provider, result="accepted").inc()
     log.info(
         "webhook.received",
         provider=provider,

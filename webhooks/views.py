@@ -18,7 +18,7 @@ Intake = Callable[..., intake.IntakeResult]
 
 def _refusal(provider: str, refused: intake.IntakeRefused) -> JsonResponse:
     if refused.status != 401:  # signature refusals are counted by intake already
-        metrics.deliveries.labels(provider=provider, outcome=refused.code).inc()
+        metrics.deliveries.labels(provider=provider, result=refused.code).inc()
         log.info("webhook.refused", provider=provider, code=refused.code, status=refused.status)
     return JsonResponse({"error": refused.code, "detail": refused.detail}, status=refused.status)
 

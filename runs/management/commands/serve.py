@@ -51,6 +51,10 @@ class Command(BaseCommand):
             ],
             "beat": [*celery, "beat", "--loglevel", "INFO"],
         }
+        # The counters of the previous processes' pids would be summed forever.
+        from agentplatform.metrics import multiprocess_dir_reset
+
+        multiprocess_dir_reset()
         children: dict[str, subprocess.Popen[bytes]] = {}
         stopping = False
 
