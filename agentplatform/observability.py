@@ -30,7 +30,7 @@ def _secrets_of(run: Any) -> list[str]:
 
 
 def step_bind(run: Any, step_no: int) -> None:
-    """Bind the run's ids to every log line of the step and continue the task's trace."""
+    """Bind the run's ids to every log line of the step and continue its task's trace."""
     task = run.task
     structlog.contextvars.bind_contextvars(
         run_id=str(run.id),
@@ -39,9 +39,10 @@ def step_bind(run: Any, step_no: int) -> None:
         step_no=step_no,
         step=run.status,
     )
-    if tracing.traceparent_current() is None:
-        tracing.trace_activate(
-            tracing.traceparent_child(getattr(task, "traceparent", ""))
-            or tracing.traceparent_new(task.id.hex)
-        )
+    # A step belongs to its task's trace whoever woke it (a retry, the reaper, a webhook).
+    tracing.trace_activate(
+        tracing.traceparent_child(getattr(task, "traceparent", ""))
+        or tracing.traceparent_child(tracing.traceparent_current())
+        or tracing.traceparent_new(task.id.hex)
+    )
     secrets_register(_secrets_of(run))

@@ -17,7 +17,7 @@ import httpx
 from django.conf import settings
 from django.db import transaction
 
-from jobs import metrics
+from jobs import metrics, tracing
 from jobs.consumers import PermanentConsumerError, processed_claim
 from jobs.models import EventSubscription, OutboxEvent, ProcessedEvent
 
@@ -50,6 +50,7 @@ def subscription_deliver(*, subscription_id: int, event_id: str) -> str:
     )
     if sub is None or payload is None:
         return "gone"
+    tracing.event_bind(payload)
     body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
     headers = {
         "Content-Type": "application/cloudevents+json",
@@ -58,6 +59,10 @@ def subscription_deliver(*, subscription_id: int, event_id: str) -> str:
         "X-Agentplatform-Event": str(payload.get("type", "")),
         "X-Agentplatform-Delivery": event_id,
     }
+    # The subscriber joins the event's trace (W3C Trace Context over HTTP).
+    hop = tracing.traceparent_child(tracing.traceparent_current() or payload.get("traceparent"))
+    if hop:
+        headers["traceparent"] = hop
     try:
         response = httpx.post(
             sub.url, content=body, headers=headers, timeout=settings.SUBSCRIPTION_TIMEOUT_SECONDS

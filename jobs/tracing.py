@@ -112,3 +112,17 @@ def event_headers(payload: Mapping[str, Any]) -> dict[str, str]:
     """Celery headers carrying an event's trace to the consumer or subscription handling it."""
     child = traceparent_child(payload.get("traceparent"))
     return {"traceparent": child} if child else {}
+
+
+def event_bind(payload: Mapping[str, Any]) -> None:
+    """Bind an event's ids to the log lines of whoever handles it, inside its trace."""
+    fields = {
+        "event_id": payload.get("id"),
+        "event_type": payload.get("type"),
+        "workspace_id": payload.get("workspaceid"),
+        "task_id": payload.get("taskid"),
+        "run_id": payload.get("runid"),
+    }
+    structlog.contextvars.bind_contextvars(**{k: v for k, v in fields.items() if v})
+    if _current.get() is None:
+        trace_activate(traceparent_child(payload.get("traceparent")))

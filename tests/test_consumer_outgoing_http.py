@@ -139,5 +139,9 @@ def test_subscription_delivery_is_signed_and_retried_until_accepted(workspace, h
     assert signature_verify(secret="s3cret", body=body, header=headers["X-Hub-Signature-256"])
     assert headers["X-Agentplatform-Delivery"] == event_id
     assert json.loads(body)["type"] == "agent.run.started"
+    # The subscriber joins the event's trace with a span of its own.
+    event_trace = json.loads(body)["traceparent"].split("-")
+    sent_trace = headers["traceparent"].split("-")
+    assert sent_trace[1] == event_trace[1] and sent_trace[2] != event_trace[2]
     assert ProcessedEvent.objects.filter(consumer=f"subscription:{sub.pk}").count() == 1
     assert sub.wants("agent.run.started") and not sub.wants("agent.task.completed")

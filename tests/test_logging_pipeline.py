@@ -248,3 +248,23 @@ def test_uvicorn_logs_through_the_same_json_pipeline(tmp_path):
         line.get("request_id") == "uv-1" and line["status"] == 404 and line["level"] == "info"
         for line in parsed
     )
+
+
+@pytest.mark.django_db
+def test_a_runs_own_secrets_are_redacted_once_its_step_binds(workspace, json_log):
+    from agentplatform.observability import step_bind
+    from tests.factories import TaskFactory
+
+    repo = RepositoryFactory(workspace=workspace, webhook_secret="per-repo-hook-secret-77")
+    task = TaskFactory(
+        workspace=workspace, repository=repo, model_options={"api_key": "per-task-model-key-99"}
+    )
+    run = Run.objects.create(task=task, run_no=1)
+    step_bind(run, 0)
+    logging.getLogger("some.library").warning(
+        "echo per-repo-hook-secret-77 and per-task-model-key-99"
+    )
+    line = json_log()[-1]
+    assert line["event"] == "echo [REDACTED] and [REDACTED]"
+    assert line["run_id"] == str(run.id)
+    assert line["trace_id"] == tracing.trace_id_of(task.traceparent)

@@ -22,7 +22,7 @@ from django.db import connection, transaction
 from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
-from jobs import metrics
+from jobs import metrics, tracing
 from jobs.logs import log
 from jobs.models import OutboxEvent, ProcessedEvent
 
@@ -130,6 +130,7 @@ def event_consume(*, consumer: str, event_id: str) -> str:
         # The outbox row was pruned: nothing left to act on.
         log.warning("consumer.event_missing", consumer=consumer, event_id=event_id)
         return "missing"
+    tracing.event_bind(payload)
     event = Event.from_envelope(payload)
     completion = spec.handle(event)
     with transaction.atomic():
