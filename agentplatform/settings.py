@@ -8,6 +8,7 @@ it runs in production mode. Every variable is listed in the README.
 
 from __future__ import annotations
 
+import json as _json
 import os
 from pathlib import Path
 from typing import Any
@@ -238,6 +239,8 @@ TASK_DEFAULT_BUDGET = {
     "tool_retries": _env_value("BUDGET_TOOL_RETRIES", int, 10),
     "wall_clock_seconds": _env_value("BUDGET_WALL_CLOCK_SECONDS", int, 3600),
     "cost_usd": _env_value("BUDGET_COST_USD", float, 5.0),
+    # Replies the model got wrong (bad tool call, text only, cut off) before the run ends.
+    "model_errors": _env_value("BUDGET_MODEL_ERRORS", int, 8),
 }
 
 # The agent's model endpoint (any OpenAI-compatible Chat Completions server) and the
@@ -248,6 +251,31 @@ OPENAI_DEFAULT_MODEL = _env_value("OPENAI_DEFAULT_MODEL", str, "gpt-4o-mini")
 OPENAI_TIMEOUT_SECONDS = _env_value("OPENAI_TIMEOUT_SECONDS", float, 120.0)
 OPENAI_MAX_RETRIES = _env_value("OPENAI_MAX_RETRIES", int, 4)
 OPENAI_RETRY_BACKOFF_SECONDS = _env_value("OPENAI_RETRY_BACKOFF_SECONDS", float, 1.0)
+# Named model profiles (JSON object of name -> profile), merged over the two built in.
+# A profile: provider ("openai" for any Chat Completions endpoint, or "scripted"),
+# model, base_url, api_key_env (the NAME of the variable holding the key),
+# context_window, max_output_tokens, prices_per_million {input, output, cached},
+# text_tool_calls. Unset windows and prices come from the model catalogue.
+_model_profiles = _env_value("MODEL_PROFILES", str, "{}")
+try:
+    MODEL_PROFILES = {
+        "scripted": {
+            "provider": "scripted",
+            "model": "scripted-1",
+            "context_window": 32_768,
+            "max_output_tokens": 4_096,
+            "prices_per_million": {"input": "0.50", "output": "1.50"},
+        },
+        # Blank model and base URL follow OPENAI_DEFAULT_MODEL and OPENAI_BASE_URL.
+        "openai": {"provider": "openai", "api_key_env": "OPENAI_API_KEY"},
+        **_json.loads(_model_profiles),
+    }
+except (ValueError, TypeError) as exc:
+    raise ImproperlyConfigured(f"Invalid value for MODEL_PROFILES: {exc}") from exc
+# max_tokens asked of any model, whatever its catalogue entry allows.
+MODEL_MAX_OUTPUT_TOKENS_CAP = _env_value("MODEL_MAX_OUTPUT_TOKENS_CAP", int, 8_192)
+# Condense older tool outputs once the conversation reaches this share of the window.
+CONTEXT_CONDENSE_AT = _env_value("CONTEXT_CONDENSE_AT", float, 0.7)
 # Ask the model for a second opinion (score and verdict) after the rule checks.
 AGENT_MODEL_JUDGE = _env_value("AGENT_MODEL_JUDGE", bool, False)
 GITHUB_API_URL = _env_value("GITHUB_API_URL", str, "https://api.github.com")
@@ -270,8 +298,6 @@ WEBHOOK_AGENT_LABEL = _env_value("WEBHOOK_AGENT_LABEL", str, "agent")
 # Model options (JSON object) for tasks submitted from webhooks; {} uses AGENT_MODEL.
 _webhook_model_options = _env_value("WEBHOOK_TASK_MODEL_OPTIONS", str, "{}")
 try:
-    import json as _json
-
     WEBHOOK_TASK_MODEL_OPTIONS = _json.loads(_webhook_model_options)
     if not isinstance(WEBHOOK_TASK_MODEL_OPTIONS, dict):
         raise ValueError("must be a JSON object")

@@ -174,7 +174,23 @@ CATALOG: list[EventType] = [
             "tool_calls": STR_LIST,
             "request_artifact_id": STR,
             "response_artifact_id": STR,
+            "finish_reason": STR,
+            "usage_estimated": BOOL,
+            "problem": STR,
         },
+    ),
+    _e(
+        "agent.model.error",
+        "The model's reply was unusable as sent (bad tool call, text only, cut off); "
+        "it was answered with what to fix and counts against the model_errors budget.",
+        required={"turn_no": INT, "problem": STR},
+        optional={"step_no": INT, "finish_reason": STR, "tool_calls": STR_LIST},
+    ),
+    _e(
+        "agent.context.condensed",
+        "Older tool outputs or turns were condensed to keep the conversation in the window.",
+        required={"turn_no": INT},
+        optional={"messages_before": INT, "messages_after": INT, "reason": STR},
     ),
     _e(
         "agent.tool.call.requested",

@@ -36,6 +36,8 @@ class Workspace(models.Model):
     daily_cost_budget_usd = models.DecimalField(
         max_digits=12, decimal_places=4, default=Decimal("0")
     )
+    # A name from settings.MODEL_PROFILES; blank uses the installation's default.
+    model_profile = models.CharField(max_length=100, blank=True)
     members: models.ManyToManyField[User, Membership] = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="workspaces"
     )
@@ -99,6 +101,8 @@ class Repository(models.Model):
     forbidden_paths = models.JSONField(default=default_forbidden_paths, blank=True)
     allowed_commands = models.JSONField(default=default_allowed_commands, blank=True)
     max_active_runs = models.PositiveIntegerField(default=3)
+    # A name from settings.MODEL_PROFILES; blank uses the workspace's.
+    model_profile = models.CharField(max_length=100, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -343,6 +347,13 @@ class ModelTurn(models.Model):
     tokens_out = models.PositiveIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=Decimal("0"))
     latency_ms = models.PositiveIntegerField(default=0)
+    tokens_cached = models.PositiveIntegerField(default=0)
+    # The endpoint sent no usage; tokens were estimated from the text.
+    usage_estimated = models.BooleanField(default=False)
+    finish_reason = models.CharField(max_length=32, blank=True)
+    # What was wrong with the reply (invalid_tool_call, text_only, length); counts
+    # against the model_errors budget.
+    problem = models.CharField(max_length=32, blank=True)
     request_artifact = models.ForeignKey(
         Artifact, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -366,6 +377,8 @@ class ToolCall(models.Model):
     class Status(models.TextChoices):
         REQUESTED = "requested"
         DENIED = "denied"
+        # The model's call was malformed (unknown tool, bad arguments): never run.
+        REJECTED = "rejected"
         STARTED = "started"
         COMPLETED = "completed"
         FAILED = "failed"

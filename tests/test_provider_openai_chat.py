@@ -198,26 +198,8 @@ def test_persistent_server_errors_are_retryable_model_errors(chat_server):
     [
         b"this is not json",
         b'{"id": "x", "object": "chat.completion", "choices": []}',
-        json.dumps(
-            {
-                "choices": [
-                    {
-                        "message": {
-                            "role": "assistant",
-                            "tool_calls": [
-                                {
-                                    "id": "c",
-                                    "type": "function",
-                                    "function": {"name": "read_file", "arguments": "{not json"},
-                                }
-                            ],
-                        }
-                    }
-                ]
-            }
-        ).encode(),
     ],
-    ids=["not-json", "no-choices", "broken-arguments"],
+    ids=["not-json", "no-choices"],
 )
 def test_malformed_reply_fails_clearly_without_retry(chat_server, body):
     server = chat_server(lambda _, n: (200, {}, body))
@@ -252,3 +234,98 @@ def test_agent_model_setting_selects_the_model(settings, chat_server):
     assert provider.model == "llama3"
     assert server.requests[0]["model"] == "llama3"
     assert reply.model == "llama3"
+
+
+def test_broken_arguments_are_a_paid_reply_with_the_error_on_the_call(chat_server):
+    body = json.dumps(
+        {
+            "model": "gpt-4o-mini",
+            "choices": [
+                {
+                    "message": {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {
+                                "id": "c",
+                                "type": "function",
+                                "function": {"name": "read_file", "arguments": "{not json"},
+                            }
+                        ],
+                    },
+                    "finish_reason": "tool_calls",
+                }
+            ],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 7},
+        }
+    ).encode()
+    server = chat_server(lambda _, n: (200, {}, body))
+
+    reply = _provider(server).complete(
+        messages=MESSAGES, tools=TOOL_SCHEMAS, purpose="act", turn_index=0
+    )
+
+    (call,) = reply.tool_calls
+    assert call.name == "read_file" and call.arguments == {}
+    assert "not valid JSON" in call.error and call.raw_arguments == "{not json"
+    assert (reply.usage.tokens_in, reply.usage.tokens_out) == (50, 7)
+    assert len(server.requests) == 1
+
+
+def test_text_tool_calls_are_parsed_when_the_profile_says_so(chat_server):
+    text = (
+        "I will read it.\n<tool_call>\n"
+        '{"name": "read_file", "arguments": {"path": "calc/core.py"}}\n</tool_call>'
+    )
+    server = chat_server(lambda _, n: (200, {}, completion(text)))
+
+    plain = _provider(server).complete(
+        messages=MESSAGES, tools=TOOL_SCHEMAS, purpose="act", turn_index=0
+    )
+    parsed = _provider(server, text_tool_calls=True).complete(
+        messages=MESSAGES, tools=TOOL_SCHEMAS, purpose="act", turn_index=3
+    )
+
+    assert plain.tool_calls == [] and "<tool_call>" in plain.content
+    assert [(c.name, c.arguments) for c in parsed.tool_calls] == [
+        ("read_file", {"path": "calc/core.py"})
+    ]
+    assert parsed.content == "I will read it."
+
+
+def test_missing_usage_is_estimated_and_flagged(chat_server):
+    body = json.loads(completion("done"))
+    del body["usage"]
+    server = chat_server(lambda _, n: (200, {}, json.dumps(body).encode()))
+
+    reply = _provider(server).complete(messages=MESSAGES, tools=[], purpose="plan", turn_index=0)
+
+    assert reply.usage.estimated
+    assert reply.usage.tokens_in >= len(json.dumps(MESSAGES)) // 5
+    assert reply.usage.tokens_out >= 1
+
+
+def test_profiles_resolve_dated_names_and_keep_explicit_prices(settings):
+    from decimal import Decimal
+
+    from runs.agent.profiles import profile_get
+
+    settings.MODEL_PROFILES = {
+        **settings.MODEL_PROFILES,
+        "local-qwen": {
+            "provider": "openai",
+            "model": "qwen2.5-coder-32b",
+            "base_url": "http://127.0.0.1:1/v1",
+            "context_window": 32768,
+            "prices_per_million": {"input": "0", "output": "0"},
+            "text_tool_calls": True,
+        },
+    }
+
+    dated = profile_get("openai:gpt-4o-2024-08-06")
+    undated_future = profile_get("openai:gpt-4o-2031-01-01")
+    qwen = profile_get("local-qwen")
+
+    assert dated.cost(1_000_000, 1_000_000) == Decimal("12.5")
+    assert undated_future.catalogue_name == "gpt-4o" and undated_future.context_window == 128000
+    assert qwen.cost(10_000, 10_000) == 0 and qwen.text_tool_calls
+    assert qwen.context_window == 32768

@@ -26,8 +26,11 @@ BUDGETS: dict[str, tuple[str, str]] = {
     "tool_retries": ("budget_tool_retries", S.FAILED),
     "wall_clock_seconds": ("budget_wall_clock", S.TIMED_OUT),
     "cost_usd": ("budget_cost", S.FAILED),
+    "model_errors": ("budget_model_errors", S.FAILED),
 }
-FAILED_TOOL_STATUSES = (ToolCall.Status.FAILED, ToolCall.Status.TIMED_OUT)
+# A call that was refused or crashed is a retry; a command that ran and exited non-zero
+# is information for the model and is not counted.
+FAILED_TOOL_STATUSES = (ToolCall.Status.DENIED, ToolCall.Status.FAILED, ToolCall.Status.TIMED_OUT)
 
 
 @dataclass
@@ -47,6 +50,8 @@ def budget_used(*, task: Task, run: Run, name: str) -> float:
         return float(
             ToolCall.objects.filter(run__task=task, status__in=FAILED_TOOL_STATUSES).count()
         )
+    if name == "model_errors":
+        return float(ModelTurn.objects.filter(run__task=task).exclude(problem="").count())
     if name == "cost_usd":
         total = ModelTurn.objects.filter(run__task=task).aggregate(c=Sum("cost_usd"))["c"]
         return float(total or Decimal("0"))

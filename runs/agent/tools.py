@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import fnmatch
+import json
 import posixpath
 import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from jsonschema import Draft202012Validator
 
 from runs.agent import safefs
 from runs.agent.artifacts import redact
@@ -157,6 +160,37 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
 TOOL_NAMES = frozenset(t["function"]["name"] for t in TOOL_SCHEMAS)
 
 
+def _schema_of(name: str, tools: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for tool in tools:
+        if tool["function"]["name"] == name:
+            return tool["function"]
+    return None
+
+
+def tool_call_problem(
+    name: str, arguments: dict[str, Any], error: str, tools: list[dict[str, Any]]
+) -> str:
+    """Why a call cannot run as the model wrote it, with the schema it should follow.
+
+    The answer goes back to the model as the call's result, so it names the problem
+    and shows the valid schema (or the tools that exist) rather than a Python error.
+    """
+    schema = _schema_of(name, tools)
+    if schema is None:
+        names = ", ".join(t["function"]["name"] for t in tools)
+        return f"unknown tool {name!r}. The tools that exist are: {names}."
+    shown = json.dumps(schema["parameters"], sort_keys=True)
+    if error:
+        return f"{error}. Call {name} again with arguments matching this schema: {shown}"
+    parameters = {**schema["parameters"], "additionalProperties": False}
+    problems = sorted(
+        (e.message for e in Draft202012Validator(parameters).iter_errors(arguments)), key=str
+    )
+    if problems:
+        return f"invalid arguments for {name}: {'; '.join(problems)}. The valid schema is: {shown}"
+    return ""
+
+
 class Toolbox:
     """Executes tool calls against one sandbox under one policy."""
 
@@ -275,10 +309,9 @@ class Toolbox:
             timeout=self.policy.command_timeout,
             should_stop=self.should_stop,
         )
-        if result.timed_out:
-            status = "timed_out"
-        else:
-            status = "completed" if result.exit_code == 0 else "failed"
+        # A non-zero exit is information for the model (a failing test it reproduces),
+        # not a failed tool call.
+        status = "timed_out" if result.timed_out else "completed"
         code = "timed out" if result.timed_out else f"exit code {result.exit_code}"
         return ToolResult(
             status,

@@ -9,37 +9,49 @@ from __future__ import annotations
 
 import json
 import time
-from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.db.models import F
 
 from runs.agent.artifacts import artifact_create
 from runs.agent.budget import budget_enforce
+from runs.agent.profiles import (
+    ModelProfile,
+    ProfileError,
+    profile_get,
+    profile_name_for,
+)
+from runs.agent.tools import tool_call_problem
 from runs.engine import StepContext, StepFailed, TransientStepError
 from runs.models import ModelTurn, Run
-from runs.providers import ModelReply, provider_for
-from runs.providers.base import ModelError
+from runs.providers import ModelReply, provider_for_profile
+from runs.providers.base import ContextLengthExceeded, ModelError
 
-# USD per million tokens (input, output); unknown models cost what the default says.
-PRICE_TABLE: dict[str, tuple[Decimal, Decimal]] = {
-    "scripted-1": (Decimal("0.50"), Decimal("1.50")),
-    "gpt-4o": (Decimal("2.50"), Decimal("10.00")),
-    "gpt-4o-mini": (Decimal("0.15"), Decimal("0.60")),
-    "gpt-4.1": (Decimal("2.00"), Decimal("8.00")),
-    "gpt-4.1-mini": (Decimal("0.40"), Decimal("1.60")),
-    "default": (Decimal("1.00"), Decimal("3.00")),
-}
-
-
-def turn_cost(model: str, tokens_in: int, tokens_out: int) -> Decimal:
-    price_in, price_out = PRICE_TABLE.get(model, PRICE_TABLE["default"])
-    return (price_in * tokens_in + price_out * tokens_out) / Decimal(1_000_000)
+PROBLEM_EVENT = "agent.model.error"
 
 
 def model_profile(ctx: StepContext) -> str:
-    return ctx.task.model_options.get("provider") or settings.AGENT_MODEL
+    return profile_name_for(ctx.task)
+
+
+def profile_for(ctx: StepContext) -> ModelProfile:
+    try:
+        return profile_get(model_profile(ctx))
+    except ProfileError as exc:
+        raise StepFailed("model_profile_unknown", str(exc)) from exc
+
+
+def reply_problem(reply: ModelReply, tools: list[dict[str, Any]], purpose: str) -> str:
+    """What is wrong with an acting turn's reply, or "" (see the model_errors budget)."""
+    if purpose != "act" or not tools:
+        return ""
+    if reply.finish_reason == "length":
+        return "length"
+    if any(tool_call_problem(c.name, c.arguments, c.error, tools) for c in reply.tool_calls):
+        return "invalid_tool_call"
+    if not reply.tool_calls:
+        return "text_only"
+    return ""
 
 
 def turn_obtain(
@@ -50,11 +62,16 @@ def turn_obtain(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]],
     turn_index: int,
+    condense_on_refusal: bool = False,
 ) -> ModelReply:
     """The model's answer for this turn: from the checkpoint if answered, else asked now.
 
     An answer is committed (turn row, usage, artifacts, event) the moment it arrives and
     before any tool acts on it, so a worker that dies afterwards costs no second call.
+    Every paid reply is stored and counted, including one the model got wrong; those
+    carry a ``problem`` and count against the ``model_errors`` budget. A refusal for
+    length raises ContextLengthExceeded for a caller that can condense
+    (``condense_on_refusal``) and fails with ``context_exhausted`` otherwise.
     """
     existing = ModelTurn.objects.filter(run=ctx.run, step_no=ctx.step_no, turn_no=turn_no).first()
     if existing is not None:
@@ -63,19 +80,26 @@ def turn_obtain(
     budget_enforce(ctx, "model_turns", headroom=1)
     ctx.check_cancelled()
     options = {**ctx.task.model_options, "run_no": ctx.run.run_no}
-    provider = provider_for(model_profile(ctx), options=options)
+    profile = profile_for(ctx)
+    provider = provider_for_profile(profile, options=options)
     started = time.monotonic()
     try:
         reply = provider.complete(
             messages=messages, tools=tools, purpose=purpose, turn_index=turn_index
         )
+    except ContextLengthExceeded as exc:
+        if condense_on_refusal:
+            raise
+        raise StepFailed("context_exhausted", str(exc)) from exc
     except ModelError as exc:
         if exc.retryable:
             raise TransientStepError(str(exc)) from exc
         raise StepFailed("model_error", str(exc)) from exc
     latency_ms = int((time.monotonic() - started) * 1000)
     model = reply.model or provider.model
-    cost = turn_cost(model, reply.usage.tokens_in, reply.usage.tokens_out)
+    usage = reply.usage
+    cost = profile.for_model(model).cost(usage.tokens_in, usage.tokens_out, usage.tokens_cached)
+    problem = reply_problem(reply, tools, purpose)
     with ctx.fenced():
         request = artifact_create(
             run=ctx.run,
@@ -84,9 +108,11 @@ def turn_obtain(
             content=json.dumps(
                 {
                     "model": model,
+                    "profile": profile.name,
                     "purpose": purpose,
                     "messages": messages,
                     "tools": [t["function"]["name"] for t in tools],
+                    "max_tokens": profile.max_output_tokens,
                 },
                 indent=1,
             ),
@@ -109,6 +135,10 @@ def turn_obtain(
             response=reply.to_json(),
             tokens_in=reply.usage.tokens_in,
             tokens_out=reply.usage.tokens_out,
+            tokens_cached=usage.tokens_cached,
+            usage_estimated=usage.estimated,
+            finish_reason=reply.finish_reason[:32],
+            problem=problem,
             cost_usd=cost,
             latency_ms=latency_ms,
             request_artifact=request,
@@ -118,7 +148,7 @@ def turn_obtain(
             tokens_in=F("tokens_in") + reply.usage.tokens_in,
             tokens_out=F("tokens_out") + reply.usage.tokens_out,
             cost_usd=F("cost_usd") + cost,
-            model_profile=f"{provider.name}:{model}",
+            model_profile=f"{profile.name}:{model}"[:200],
         )
         ctx.emit(
             "agent.model.turn.completed",
@@ -134,7 +164,23 @@ def turn_obtain(
                 "tool_calls": [c.name for c in reply.tool_calls],
                 "request_artifact_id": str(request.id),
                 "response_artifact_id": str(response.id),
+                "finish_reason": reply.finish_reason,
+                "usage_estimated": usage.estimated,
+                "problem": problem,
             },
         )
+        if problem:
+            ctx.emit(
+                PROBLEM_EVENT,
+                {
+                    "step_no": ctx.step_no,
+                    "turn_no": turn_no,
+                    "problem": problem,
+                    "finish_reason": reply.finish_reason,
+                    "tool_calls": [c.name[:64] for c in reply.tool_calls],
+                },
+            )
     ctx.run.cost_usd += cost
+    if problem:
+        budget_enforce(ctx, "model_errors")
     return reply

@@ -2,22 +2,57 @@
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+
 from runs.providers.base import ModelProvider, ModelReply, ModelUsage, ToolCallRequest
+
+if TYPE_CHECKING:
+    from runs.agent.profiles import ModelProfile
+
+
+def provider_for_profile(profile: ModelProfile, *, options: dict | None = None) -> ModelProvider:
+    """The provider a model profile describes; its key is read from the named variable."""
+    options = options or {}
+    if profile.provider == "scripted":
+        from runs.providers.scripted import ScriptedProvider
+
+        return ScriptedProvider(script=options.get("script"), run_no=options.get("run_no", 1))
+    if profile.provider == "openai":
+        from runs.providers.openai_chat import OpenAIChatProvider
+
+        api_key = os.environ.get(profile.api_key_env, "") if profile.api_key_env else ""
+        if not api_key and profile.api_key_env == "OPENAI_API_KEY":
+            api_key = settings.OPENAI_API_KEY
+        return OpenAIChatProvider(
+            model=profile.model or None,
+            base_url=profile.base_url or None,
+            # Never fall back to another endpoint's key: a local server needs none.
+            api_key=api_key or "not-needed",
+            max_tokens=profile.max_output_tokens,
+            text_tool_calls=profile.text_tool_calls,
+        )
+    raise ValueError(f"unknown model provider {profile.provider!r} in profile {profile.name!r}")
 
 
 def provider_for(name: str, *, options: dict | None = None) -> ModelProvider:
-    """The provider configured by ``name`` ("scripted", "openai", "openai:<model>")."""
-    kind, _, model = name.partition(":")
-    if kind == "scripted":
-        from runs.providers.scripted import ScriptedProvider
+    """The provider of profile ``name`` ("scripted", "openai", "openai:<model>", ...)."""
+    from runs.agent.profiles import ProfileError, profile_get
 
-        options = options or {}
-        return ScriptedProvider(script=options.get("script"), run_no=options.get("run_no", 1))
-    if kind == "openai":
-        from runs.providers.openai_chat import OpenAIChatProvider
-
-        return OpenAIChatProvider(model=model or None)
-    raise ValueError(f"unknown model provider {name!r}")
+    try:
+        profile = profile_get(name)
+    except ProfileError as exc:
+        raise ValueError(str(exc)) from exc
+    return provider_for_profile(profile, options=options)
 
 
-__all__ = ["ModelProvider", "ModelReply", "ModelUsage", "ToolCallRequest", "provider_for"]
+__all__ = [
+    "ModelProvider",
+    "ModelReply",
+    "ModelUsage",
+    "ToolCallRequest",
+    "provider_for",
+    "provider_for_profile",
+]

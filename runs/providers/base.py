@@ -15,17 +15,30 @@ class ModelError(Exception):
         self.retryable = retryable
 
 
+class ContextLengthExceeded(ModelError):
+    """The endpoint refused the request because it does not fit the model's window."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
+
+
 @dataclass
 class ToolCallRequest:
     id: str
     name: str
     arguments: dict[str, Any]
+    # Set when the arguments could not be read (cut off, not JSON): the call is
+    # answered with this error and never run.
+    error: str = ""
+    raw_arguments: str = ""
 
 
 @dataclass
 class ModelUsage:
     tokens_in: int = 0
     tokens_out: int = 0
+    tokens_cached: int = 0
+    estimated: bool = False
 
 
 @dataclass
@@ -35,27 +48,46 @@ class ModelReply:
     usage: ModelUsage = field(default_factory=ModelUsage)
     model: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
+    finish_reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        calls = []
+        for c in self.tool_calls:
+            call: dict[str, Any] = {"id": c.id, "name": c.name, "arguments": c.arguments}
+            if c.error:
+                call.update(error=c.error, raw_arguments=c.raw_arguments)
+            calls.append(call)
+        data: dict[str, Any] = {
             "content": self.content,
-            "tool_calls": [
-                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls
-            ],
+            "tool_calls": calls,
             "usage": {"tokens_in": self.usage.tokens_in, "tokens_out": self.usage.tokens_out},
             "model": self.model,
         }
+        if self.usage.tokens_cached:
+            data["usage"]["tokens_cached"] = self.usage.tokens_cached
+        if self.usage.estimated:
+            data["usage"]["estimated"] = True
+        if self.finish_reason:
+            data["finish_reason"] = self.finish_reason
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ModelReply:
         return cls(
             content=data.get("content", ""),
             tool_calls=[
-                ToolCallRequest(id=c["id"], name=c["name"], arguments=c.get("arguments", {}))
+                ToolCallRequest(
+                    id=c["id"],
+                    name=c["name"],
+                    arguments=c.get("arguments", {}),
+                    error=c.get("error", ""),
+                    raw_arguments=c.get("raw_arguments", ""),
+                )
                 for c in data.get("tool_calls", [])
             ],
             usage=ModelUsage(**data.get("usage", {})),
             model=data.get("model", ""),
+            finish_reason=data.get("finish_reason", ""),
         )
 
 

@@ -11,17 +11,22 @@ from django.utils import timezone
 
 from runs.agent.artifacts import artifact_create, redact
 from runs.agent.budget import budget_enforce
+from runs.agent.context import clip, context_budget, context_condense, messages_tokens
+from runs.agent.profiles import ModelProfile
 from runs.agent.sandbox import CommandCancelled, LocalSandbox
-from runs.agent.tools import TOOL_SCHEMAS, Toolbox, ToolDenied, ToolPolicy
-from runs.agent.turns import turn_obtain
+from runs.agent.tools import TOOL_SCHEMAS, Toolbox, ToolDenied, ToolPolicy, tool_call_problem
+from runs.agent.turns import profile_for, turn_obtain
 from runs.agent.workspace import workspace_diff
 from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import Patch, Run, ToolCall
+from runs.providers.base import ContextLengthExceeded, ModelReply
 from runs.steps.common import S, _restore
 
 TURNS_PER_STEP = 6
 # Tools after which the working copy may differ from the checkpointed diff.
-MUTATING_TOOLS = frozenset({"write_file", "replace_text", "run_command"})
+MUTATING_TOOLS = frozenset(
+    {"write_file", "replace_text", "run_command", "edit", "insert", "undo_edit", "run_tests"}
+)
 
 
 def _short(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -64,6 +69,9 @@ def _tool_call_run(
         "turn_no": turn_no,
         "step_no": ctx.step_no,
     }
+    problem = tool_call_problem(request.name, request.arguments, request.error, TOOL_SCHEMAS)
+    if problem:
+        return _tool_call_reject(ctx, keys, base, request, problem, existing)
     try:
         toolbox.check(request.name, request.arguments)
         denial = ""
@@ -127,6 +135,32 @@ def _tool_call_run(
     return result.output, result.finished
 
 
+def _tool_call_reject(
+    ctx: StepContext,
+    keys: dict[str, Any],
+    base: dict[str, Any],
+    request: Any,
+    problem: str,
+    existing: ToolCall | None,
+) -> tuple[str, bool]:
+    """A call the model got wrong: recorded, never run, answered with what to fix.
+
+    It counts against the model_errors budget (through its turn), not tool_retries.
+    """
+    if existing is None:
+        arguments = request.arguments if not request.error else {"_raw": request.raw_arguments}
+        with ctx.fenced():
+            ToolCall.objects.create(
+                **keys,
+                tool=(request.name or "?")[:64],
+                arguments=arguments,
+                status=ToolCall.Status.REJECTED,
+                error=redact(problem)[:2000],
+                finished_at=timezone.now(),
+            )
+    return f"error: {problem}", False
+
+
 def _call_ids(turn_no: int, requests: list[Any]) -> list[str]:
     """A unique id per call of a turn, even when a server repeats or omits ids."""
     ids: list[str] = []
@@ -138,15 +172,126 @@ def _call_ids(turn_no: int, requests: list[Any]) -> list[str]:
     return ids
 
 
+def _problem_note(reply: ModelReply, problem: str, profile: ModelProfile) -> str:
+    """What the model is told after a reply it got wrong (besides per-call errors)."""
+    names = ", ".join(t["function"]["name"] for t in TOOL_SCHEMAS)
+    if problem == "length":
+        return (
+            f"Your reply was cut off at the output limit ({profile.max_output_tokens} "
+            "tokens), so any tool call in it is incomplete and was not run. Take a smaller "
+            "step: one tool call at a time, and edit a few lines rather than rewriting a "
+            "whole file."
+        )
+    if problem == "text_only":
+        return (
+            "Your reply had no tool call. Act only through tool calls "
+            f"(tools: {names}); when the change is complete and tested, call finish."
+        )
+    return ""
+
+
+def _assistant_message(reply: ModelReply, call_ids: list[str]) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": reply.content,
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {
+                    "name": c.name,
+                    "arguments": c.raw_arguments if c.error else json.dumps(c.arguments),
+                },
+            }
+            for call_id, c in zip(call_ids, reply.tool_calls, strict=True)
+        ],
+    }
+
+
+def _checkpoint_messages(ctx: StepContext, messages: list[dict[str, Any]]) -> None:
+    ctx.checkpoint["messages"] = messages
+    with ctx.fenced():
+        Run.objects.filter(pk=ctx.run.pk).update(checkpoint=ctx.checkpoint)
+
+
+def _act_turn(
+    ctx: StepContext,
+    *,
+    turn_no: int,
+    messages: list[dict[str, Any]],
+    profile: ModelProfile,
+    turn_index: int,
+) -> tuple[ModelReply, list[dict[str, Any]]]:
+    """One acting turn, with the conversation fitted to the window first.
+
+    A refusal for length condenses harder and asks once more; the condensed history is
+    checkpointed before it is sent, so a resumed run sends the same.
+    """
+    budget = context_budget(
+        profile.context_window,
+        profile.max_output_tokens,
+        settings.CONTEXT_CONDENSE_AT,
+        TOOL_SCHEMAS,
+    )
+    fitted = context_condense(messages, budget)
+    if fitted is not messages:
+        ctx.emit(
+            "agent.context.condensed",
+            {"turn_no": turn_no, "messages_before": len(messages), "messages_after": len(fitted)},
+        )
+    try:
+        reply = turn_obtain(
+            ctx,
+            turn_no=turn_no,
+            purpose="act",
+            messages=fitted,
+            tools=TOOL_SCHEMAS,
+            turn_index=turn_index,
+            condense_on_refusal=True,
+        )
+        return reply, fitted
+    except ContextLengthExceeded as exc:
+        # The endpoint knows better than our estimate: aim well below what was refused.
+        target = min(budget, messages_tokens(fitted)) // 2
+        smaller = context_condense(fitted, target, keep_recent=4)
+        if smaller == fitted:
+            raise StepFailed("context_exhausted", str(exc)) from exc
+        ctx.emit(
+            "agent.context.condensed",
+            {
+                "turn_no": turn_no,
+                "messages_before": len(fitted),
+                "messages_after": len(smaller),
+                "reason": "context_length_exceeded",
+            },
+        )
+        _checkpoint_messages(ctx, smaller)
+    try:
+        reply = turn_obtain(
+            ctx,
+            turn_no=turn_no,
+            purpose="act",
+            messages=smaller,
+            tools=TOOL_SCHEMAS,
+            turn_index=turn_index,
+        )
+    except ContextLengthExceeded as exc:
+        raise StepFailed("context_exhausted", str(exc)) from exc
+    return reply, smaller
+
+
 def step_running(ctx: StepContext) -> Outcome:
     """Model turns with tools until the model finishes or the step's turn share is used.
 
     After each turn the conversation and the working copy's diff are checkpointed, so a
     re-executed step resumes at the next turn; the turn in flight is replayed from its
-    stored answer and its tools run again on the restored working copy.
+    stored answer and its tools run again on the restored working copy. A reply the
+    model got wrong is answered with what to fix and the run goes on, until the
+    model_errors budget is spent.
     """
     sandbox = _restore(ctx)
     toolbox = _toolbox(ctx, sandbox)
+    profile = profile_for(ctx)
     progress = ctx.checkpoint.get("progress") or {}
     resuming = progress.get("step_no") == ctx.step_no
     first_turn = int(progress.get("turn_no", 0)) + 1 if resuming else 1
@@ -156,39 +301,42 @@ def step_running(ctx: StepContext) -> Outcome:
     for turn_no in range(first_turn, TURNS_PER_STEP + 1):
         if finished:
             break
-        reply = turn_obtain(
-            ctx,
-            turn_no=turn_no,
-            purpose="act",
-            messages=messages,
-            tools=TOOL_SCHEMAS,
-            turn_index=act_turns,
+        reply, messages = _act_turn(
+            ctx, turn_no=turn_no, messages=messages, profile=profile, turn_index=act_turns
         )
         act_turns += 1
         call_ids = _call_ids(turn_no, reply.tool_calls)
-        messages.append(
-            {
-                "role": "assistant",
-                "content": reply.content,
-                "tool_calls": [
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
-                    }
-                    for call_id, c in zip(call_ids, reply.tool_calls, strict=True)
-                ],
-            }
-        )
-        if not reply.tool_calls:
-            messages.append({"role": "user", "content": "Use a tool, or call finish."})
+        messages.append(_assistant_message(reply, call_ids))
+        cut_off = reply.finish_reason == "length"
         for call_id, request in zip(call_ids, reply.tool_calls, strict=True):
-            output, done = _tool_call_run(
-                ctx, toolbox, turn_no=turn_no, call_id=call_id, request=request
-            )
-            messages.append({"role": "tool", "tool_call_id": call_id, "content": output[:8000]})
+            if cut_off:
+                output, done = _tool_call_reject(
+                    ctx,
+                    {
+                        "run": ctx.run,
+                        "step_no": ctx.step_no,
+                        "turn_no": turn_no,
+                        "call_id": call_id,
+                    },
+                    {},
+                    request,
+                    "the reply was cut off at the output limit; this call was not run",
+                    ToolCall.objects.filter(
+                        run=ctx.run, step_no=ctx.step_no, turn_no=turn_no, call_id=call_id
+                    ).first(),
+                )
+            else:
+                output, done = _tool_call_run(
+                    ctx, toolbox, turn_no=turn_no, call_id=call_id, request=request
+                )
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": clip(output)})
             finished = finished or done
-        if any(c.name in MUTATING_TOOLS for c in reply.tool_calls):
+        note = _problem_note(
+            reply, "length" if cut_off else "" if reply.tool_calls else "text_only", profile
+        )
+        if note:
+            messages.append({"role": "user", "content": note})
+        if any(c.name in MUTATING_TOOLS for c in reply.tool_calls) and not cut_off:
             ctx.checkpoint["diff"] = workspace_diff(sandbox, ctx.run.base_commit).text
         ctx.checkpoint.update(
             messages=messages,

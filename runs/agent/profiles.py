@@ -1,0 +1,215 @@
+"""Model profiles: which endpoint, model, window, output limit and prices a run uses.
+
+A profile is named in settings (``MODEL_PROFILES``) and chosen per task, repository or
+workspace, in that order, falling back to ``AGENT_MODEL``. Prices and context windows
+come from the model catalogue LiteLLM maintains (shipped as ``model_prices.json`` in
+the ``tokencost`` package), so a dated name such as ``gpt-4o-2024-08-06`` costs what
+``gpt-4o`` costs; anything a profile states itself overrides the catalogue.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import math
+import re
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+MILLION = Decimal(1_000_000)
+DEFAULT_CONTEXT_WINDOW = 32_768
+DEFAULT_MAX_OUTPUT_TOKENS = 4_096
+# What an unknown model costs, so a missing price never makes a run free.
+DEFAULT_PRICES = (Decimal("1.00"), Decimal("3.00"), Decimal("0.50"))
+DATE_SUFFIX = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-\d{4})$")
+
+
+class ProfileError(ValueError):
+    """The named profile does not exist or is not usable."""
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    name: str
+    provider: str
+    model: str
+    base_url: str = ""
+    api_key_env: str = ""
+    context_window: int = DEFAULT_CONTEXT_WINDOW
+    max_output_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS
+    price_input: Decimal = DEFAULT_PRICES[0]
+    price_output: Decimal = DEFAULT_PRICES[1]
+    price_cached: Decimal = DEFAULT_PRICES[2]
+    # Templates (Hermes, Qwen) that write tool calls as <tool_call> blocks in the text.
+    text_tool_calls: bool = False
+    catalogue_name: str = ""
+
+    def cost(self, tokens_in: int, tokens_out: int, tokens_cached: int = 0) -> Decimal:
+        """US dollars for one reply; cached prompt tokens are billed at the cached price."""
+        cached = min(max(tokens_cached, 0), tokens_in)
+        return (
+            self.price_input * (tokens_in - cached)
+            + self.price_cached * cached
+            + self.price_output * tokens_out
+        ) / MILLION
+
+    def for_model(self, model: str) -> ModelProfile:
+        """The same profile priced for the model an endpoint says it actually used."""
+        if not model or model == self.model or self.catalogue_name == catalogue_resolve(model):
+            return self
+        entry = catalogue_entry(model)
+        if entry is None:
+            return self
+        return _with_catalogue(replace(self, model=model), entry, explicit=set())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "provider": self.provider,
+            "model": self.model,
+            "base_url": self.base_url,
+            "context_window": self.context_window,
+            "max_output_tokens": self.max_output_tokens,
+            "prices_per_million": {
+                "input": str(self.price_input),
+                "output": str(self.price_output),
+                "cached": str(self.price_cached),
+            },
+            "text_tool_calls": self.text_tool_calls,
+            "catalogue_name": self.catalogue_name,
+        }
+
+
+@functools.cache
+def catalogue() -> dict[str, dict[str, Any]]:
+    """LiteLLM's model map as the pinned package ships it (empty if it is missing)."""
+    spec = importlib.util.find_spec("tokencost")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    path = Path(next(iter(spec.submodule_search_locations))) / "model_prices.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict)}
+
+
+def catalogue_resolve(model: str) -> str:
+    """The catalogue's name for ``model``: as given, without a provider prefix or a date."""
+    entries = catalogue()
+    candidates = [model, model.split("/", 1)[-1]]
+    candidates += [DATE_SUFFIX.sub("", c) for c in candidates]
+    for candidate in candidates:
+        if candidate in entries and entries[candidate].get("input_cost_per_token") is not None:
+            return candidate
+    for candidate in candidates:
+        if candidate in entries:
+            return candidate
+    return ""
+
+
+def catalogue_entry(model: str) -> dict[str, Any] | None:
+    name = catalogue_resolve(model)
+    return {**catalogue()[name], "_name": name} if name else None
+
+
+def _per_million(value: Any) -> Decimal | None:
+    if value is None:
+        return None
+    return Decimal(format((Decimal(str(value)) * MILLION).normalize(), "f"))
+
+
+def _with_catalogue(
+    profile: ModelProfile, entry: dict[str, Any], explicit: set[str]
+) -> ModelProfile:
+    changes: dict[str, Any] = {"catalogue_name": entry["_name"]}
+    window = entry.get("max_input_tokens") or entry.get("max_tokens")
+    if "context_window" not in explicit and window:
+        changes["context_window"] = int(window)
+    output = entry.get("max_output_tokens")
+    if "max_output_tokens" not in explicit and output:
+        changes["max_output_tokens"] = min(int(output), settings.MODEL_MAX_OUTPUT_TOKENS_CAP)
+    for field_name, key in (
+        ("price_input", "input_cost_per_token"),
+        ("price_output", "output_cost_per_token"),
+        ("price_cached", "cache_read_input_token_cost"),
+    ):
+        price = _per_million(entry.get(key))
+        if field_name not in explicit and price is not None:
+            changes[field_name] = price
+    if "price_cached" not in explicit and entry.get("cache_read_input_token_cost") is None:
+        changes["price_cached"] = changes.get("price_input", profile.price_input)
+    return replace(profile, **changes)
+
+
+def _default_model(spec: dict[str, Any]) -> str:
+    return settings.OPENAI_DEFAULT_MODEL if spec.get("provider", "openai") == "openai" else ""
+
+
+def profile_build(name: str, spec: dict[str, Any]) -> ModelProfile:
+    """A profile from its settings entry, completed from the catalogue."""
+    prices = spec.get("prices_per_million") or {}
+    explicit = set()
+    fields: dict[str, Any] = {
+        "name": name,
+        "provider": str(spec.get("provider", "openai")),
+        "model": str(spec.get("model") or _default_model(spec)),
+        "base_url": str(spec.get("base_url", "")),
+        "api_key_env": str(spec.get("api_key_env", "")),
+        "text_tool_calls": bool(spec.get("text_tool_calls", False)),
+    }
+    for key in ("context_window", "max_output_tokens"):
+        if spec.get(key):
+            fields[key] = int(spec[key])
+            explicit.add(key)
+    for field_name, key in (
+        ("price_input", "input"),
+        ("price_output", "output"),
+        ("price_cached", "cached"),
+    ):
+        if prices.get(key) is not None:
+            fields[field_name] = Decimal(str(prices[key]))
+            explicit.add(field_name)
+    if "price_input" in explicit and "price_cached" not in explicit:
+        fields["price_cached"] = fields["price_input"]
+    profile = ModelProfile(**fields)
+    entry = catalogue_entry(profile.model) if profile.model else None
+    return _with_catalogue(profile, entry, explicit) if entry else profile
+
+
+def profile_get(name: str) -> ModelProfile:
+    """The profile called ``name``; ``kind:model`` is profile ``kind`` with another model."""
+    profiles: dict[str, dict[str, Any]] = settings.MODEL_PROFILES
+    if name in profiles:
+        return profile_build(name, profiles[name])
+    kind, sep, model = name.partition(":")
+    if sep and kind in profiles and model:
+        return profile_build(name, {**profiles[kind], "model": model})
+    raise ProfileError(f"unknown model profile {name!r}; known: {', '.join(sorted(profiles))}")
+
+
+def profile_name_for(task: Any) -> str:
+    """Task, then repository, then workspace, then the installation's default."""
+    options = task.model_options or {}
+    return (
+        options.get("profile")
+        or options.get("provider")
+        or getattr(task.repository, "model_profile", "")
+        or getattr(task.workspace, "model_profile", "")
+        or settings.AGENT_MODEL
+    )
+
+
+def tokens_estimate(payload: Any) -> int:
+    """Tokens of ``payload`` when an endpoint reports no usage.
+
+    A BPE tokenizer averages close to four bytes of English or code per token; counting
+    UTF-8 bytes rather than characters keeps non-ASCII text from being undercounted.
+    """
+    text = payload if isinstance(payload, str) else json.dumps(payload, default=str)
+    return max(1, math.ceil(len(text.encode("utf-8")) / 4))

@@ -1,0 +1,259 @@
+"""A whole run against a Chat Completions server that answers the way real models do.
+
+The transcript plays, in order: a rate limit, a plan without usage, a server error,
+parallel tool calls, arguments written as a Python dict, an unknown tool, an
+unexpected parameter, a text-only answer, a reply cut off at the output limit, a
+context-length refusal, then a correct fix. The run must recover from each, complete,
+and count every paid reply.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from runs.engine import run_drive_inline
+from runs.models import ModelTurn, Run, ToolCall
+from runs.services import task_submit
+from tests.test_provider_openai_chat import ChatCompletionsServer, completion
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FIX = {"path": "calc/core.py", "old": "return a - b", "new": "return a + b"}
+
+
+def _call(name: str, arguments: Any, call_id: str) -> dict[str, Any]:
+    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": raw}}
+
+
+def _body(
+    content: str | None = None,
+    calls: list[dict[str, Any]] | None = None,
+    *,
+    finish: str | None = None,
+    usage: tuple[int, int] | None = (900, 40),
+    model: str = "gpt-4o-2024-08-06",
+) -> bytes:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
+    body: dict[str, Any] = {
+        "id": "chatcmpl-x",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": finish or ("tool_calls" if calls else "stop"),
+            }
+        ],
+    }
+    if usage:
+        body["usage"] = {
+            "prompt_tokens": usage[0],
+            "completion_tokens": usage[1],
+            "total_tokens": sum(usage),
+        }
+    return json.dumps(body).encode()
+
+
+CONTEXT_REFUSAL = json.dumps(
+    {
+        "error": {
+            "message": "This model's maximum context length is 128000 tokens.",
+            "type": "invalid_request_error",
+            "code": "context_length_exceeded",
+        }
+    }
+).encode()
+
+TRANSCRIPT: list[tuple[int, dict[str, str], bytes]] = [
+    (429, {"retry-after": "0"}, b'{"error": {"message": "rate limited"}}'),
+    (200, {}, _body("1. Read calc/core.py 2. Fix add 3. Test", usage=None)),
+    (503, {}, b'{"error": {"message": "overloaded"}}'),
+    (
+        200,
+        {},
+        _body(
+            "Reading in parallel.",
+            [
+                _call("read_file", {"path": "calc/core.py"}, "c1"),
+                _call("search", {"pattern": "def add"}, "c2"),
+            ],
+        ),
+    ),
+    (
+        200,
+        {},
+        _body(None, [_call("replace_text", str(FIX), "c3")]),  # a Python dict, not JSON
+    ),
+    (
+        200,
+        {},
+        _body(None, [_call("str_replace_editor", {"command": "view", "path": "x"}, "c4")]),
+    ),
+    (
+        200,
+        {},
+        _body(None, [_call("read_file", {"path": "calc/core.py", "view_range": [1, 5]}, "c5")]),
+    ),
+    (200, {}, _body("I believe add() is wrong and should be fixed.")),
+    (
+        200,
+        {},
+        _body(
+            None,
+            [_call("write_file", '{"path": "calc/core.py", "content": "def a', "c6")],
+            finish="length",
+        ),
+    ),
+    (400, {}, CONTEXT_REFUSAL),
+    (200, {}, _body("Fixing.", [_call("replace_text", FIX, "c7")])),
+    (
+        200,
+        {},
+        _body(
+            None,
+            [_call("run_command", {"command": f"{sys.executable} -m unittest -q"}, "c8")],
+            usage=(1000, 20),
+        ),
+    ),
+    (200, {}, _body(None, [_call("finish", {"summary": "add() fixed"}, "c9")])),
+]
+PAID_REPLIES = sum(1 for status, _, _ in TRANSCRIPT if status == 200)
+
+
+@pytest.fixture
+def awkward_server(settings):
+    def respond(body: dict[str, Any], n: int) -> tuple[int, dict[str, str], bytes]:
+        if n > len(TRANSCRIPT):
+            return 200, {}, _body(None, [_call("finish", {}, f"extra{n}")])
+        return TRANSCRIPT[n - 1]
+
+    with ChatCompletionsServer(respond) as server:
+        settings.MODEL_PROFILES = {
+            **settings.MODEL_PROFILES,
+            "awkward": {
+                "provider": "openai",
+                "model": "gpt-4o",
+                "base_url": server.base_url,
+                "api_key_env": "AWKWARD_TEST_KEY",
+            },
+        }
+        settings.OPENAI_RETRY_BACKOFF_SECONDS = 0.01
+        yield server
+
+
+def test_run_recovers_from_every_awkward_answer_and_counts_every_reply(
+    workspace, repository, awkward_server
+):
+    submission = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Fix add()",
+        model_options={"profile": "awkward"},
+    )
+
+    run = run_drive_inline(run_id=submission.run.id)
+
+    assert run.status == Run.Status.COMPLETED, (run.failure_reason, run.failure_detail)
+    assert run.patches.get().files_changed == ["calc/core.py"]
+    requests = awkward_server.requests
+    assert len(requests) == len(TRANSCRIPT)
+    # Every paid reply is a stored turn, and the run's totals are their sum.
+    turns = list(ModelTurn.objects.filter(run=run).order_by("step_no", "turn_no"))
+    assert len(turns) == PAID_REPLIES
+    assert run.tokens_in == sum(t.tokens_in for t in turns)
+    assert run.cost_usd == sum((t.cost_usd for t in turns), Decimal(0))
+    plan = turns[0]
+    assert plan.usage_estimated and plan.tokens_in > 0 and plan.cost_usd > 0
+    # A dated name is priced as gpt-4o: $2.50 in and $10 out per million.
+    priced = next(t for t in turns if t.tokens_in == 1000 and t.tokens_out == 20)
+    assert priced.cost_usd == Decimal("0.002700")
+    assert [t.problem for t in turns if t.problem] == [
+        "invalid_tool_call",
+        "invalid_tool_call",
+        "invalid_tool_call",
+        "text_only",
+        "length",
+    ]
+    assert run.events.filter(type="agent.model.error").count() == 5
+    assert all(r.get("max_tokens") for r in requests[1:])
+
+    def tool_answer(request: dict[str, Any], call_id: str) -> str:
+        return next(m["content"] for m in request["messages"] if m.get("tool_call_id") == call_id)
+
+    # Each mistake went back to the model as a tool error stating it, with the schema.
+    bad_json = tool_answer(requests[5], "c3")
+    assert "not valid JSON" in bad_json and '"old"' in bad_json
+    unknown = tool_answer(requests[6], "c4")
+    assert "unknown tool 'str_replace_editor'" in unknown and "read_file" in unknown
+    wrong = tool_answer(requests[7], "c5")
+    assert "view_range" in wrong and '"start_line"' in wrong and "TypeError" not in wrong
+    assert "no tool call" in requests[8]["messages"][-1]["content"]
+    assert "cut off" in requests[9]["messages"][-1]["content"]
+    # The refusal was answered by condensing; the condensed request is what was resent.
+    assert len(json.dumps(requests[10]["messages"])) < len(json.dumps(requests[9]["messages"]))
+    assert run.events.filter(
+        type="agent.context.condensed", data__reason="context_length_exceeded"
+    ).exists()
+    # Rejected calls never ran and do not count as tool retries.
+    rejected = ToolCall.objects.filter(run=run, status="rejected")
+    assert rejected.count() == 4
+    assert not ToolCall.objects.filter(run=run, status__in=["failed", "denied"]).exists()
+    assert all(
+        "authorization" not in h or h["authorization"] == "Bearer not-needed"
+        for h in awkward_server.headers
+    )
+
+
+def test_model_errors_budget_ends_the_run(workspace, repository, settings):
+    text_only = _body("Thinking about it.")
+    with ChatCompletionsServer(lambda body, n: (200, {}, text_only)) as server:
+        settings.MODEL_PROFILES = {
+            **settings.MODEL_PROFILES,
+            "chatty": {"provider": "openai", "model": "gpt-4o", "base_url": server.base_url},
+        }
+        submission = task_submit(
+            workspace=workspace,
+            repository=repository,
+            instruction="Fix add()",
+            model_options={"profile": "chatty"},
+            budget={"model_errors": 3},
+        )
+        run = run_drive_inline(run_id=submission.run.id)
+
+    assert (run.status, run.failure_reason) == (Run.Status.FAILED, "budget_model_errors")
+    assert ModelTurn.objects.filter(run=run, problem="text_only").count() == 4
+    assert len(server.requests) == 5  # the plan and four acting turns, all stored
+
+
+def test_second_context_refusal_fails_with_context_exhausted(workspace, repository, settings):
+    def respond(body: dict[str, Any], n: int) -> tuple[int, dict[str, str], bytes]:
+        if not body.get("tools"):
+            return 200, {}, _body("plan")
+        if n == 2:
+            return 200, {}, _body(None, [_call("read_file", {"path": "calc/core.py"}, "r1")])
+        return 400, {}, CONTEXT_REFUSAL
+
+    with ChatCompletionsServer(respond) as server:
+        settings.MODEL_PROFILES = {
+            **settings.MODEL_PROFILES,
+            "tight": {"provider": "openai", "model": "gpt-4o", "base_url": server.base_url},
+        }
+        submission = task_submit(
+            workspace=workspace,
+            repository=repository,
+            instruction="Fix add()",
+            model_options={"profile": "tight"},
+        )
+        run = run_drive_inline(run_id=submission.run.id)
+
+    assert (run.status, run.failure_reason) == (Run.Status.FAILED, "context_exhausted")
+    assert len(server.requests) == 4  # plan, one turn, a refusal, one condensed retry
