@@ -14,7 +14,7 @@ import yaml
 from prometheus_client import REGISTRY
 
 import agentplatform.metrics
-import jobs.metrics
+import jobs.metrics  # noqa: F401
 import webhooks.metrics  # noqa: F401 - every metric module registers its metrics
 from agentplatform.metrics_endpoint import PlatformStateCollector
 
