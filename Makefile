@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+	$(PY) manage.py collectstatic --noinput -v 0
 
 migrate: setup
 	$(PY) manage.py migrate --noinput -v 0

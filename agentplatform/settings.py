@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_celery_results",
     "django_celery_beat",
     "runs",
@@ -76,6 +77,8 @@ MIDDLEWARE = [
     # First: every later line of the request carries its request id and trace.
     "agentplatform.middleware.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files straight from the web process in every mode (uvicorn serves none).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -333,7 +336,13 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = Path(_env_value("STATIC_ROOT", str, str(VAR_DIR / "static")))
+# Hashed, compressed copies made by ``collectstatic`` (``make setup``/``migrate`` run it),
+# served far-future cached by WhiteNoise.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "agentplatform.api.schema.ProblemAutoSchema",
@@ -360,6 +369,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": "/api/",
+    # Swagger UI and Redoc from the pinned copies in drf-spectacular-sidecar: no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "agentplatform.api.schema.stream_path_document",

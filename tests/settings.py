@@ -19,3 +19,12 @@ os.environ.setdefault("AGENTPLATFORM_VAR_DIR", tempfile.mkdtemp(prefix="agentpla
 from agentplatform.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# In-process tests render pages without a collectstatic run; the browser tests start the
+# real server, which serves the collected, hashed files (tests/browser/conftest.py).
+STORAGES = {
+    **STORAGES,  # noqa: F405
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+# WhiteNoise warns (an error here) about a static root that does not exist yet.
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405

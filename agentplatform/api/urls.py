@@ -66,5 +66,9 @@ urlpatterns = [
     path("outbox/", operations.OutboxStatusApi.as_view(), name="api-outbox"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
-    path("docs/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path(
+        "docs/redoc/",
+        SpectacularRedocView.as_view(url_name="api-schema", template_name="api/redoc.html"),
+        name="api-redoc",
+    ),
 ]

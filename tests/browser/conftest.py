@@ -1,16 +1,30 @@
-"""Headless Debian Chromium driven by Playwright against pytest-django's live server."""
+"""Headless Debian Chromium driven by Playwright against the app as ``make serve`` runs it.
+
+``served`` starts ``manage.py serve`` (uvicorn + a Celery worker + beat) in its own
+process group on a free port, with the production settings module pointed at the test
+database, after the ``collectstatic`` that ``make setup`` runs: pages, static files and
+the API docs come from the same server a user gets, not from pytest's live server.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 
-from tests.conftest import OUTPUT_DIR
+from tests.conftest import OUTPUT_DIR, ROOT
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -38,6 +52,90 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if Path(str(item.fspath)).parent == here:
             item.add_marker(skip)
+
+
+# Browser tests commit their data (the server is another process) and each ends with a
+# flush. Content types stay out of it: the long-lived server caches their ids, which a
+# flush and re-creation would change under it.
+SERVED_DB = pytest.mark.django_db(
+    transaction=True,
+    available_apps=[app for app in settings.INSTALLED_APPS if app != "django.contrib.contenttypes"],
+)
+
+
+@dataclass
+class Served:
+    url: str
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _serve_env() -> dict[str, str]:
+    db = settings.DATABASES["default"]
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentplatform.settings",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "AGENTPLATFORM_VAR_DIR": str(settings.VAR_DIR),
+        "SANDBOX_ROOT": str(settings.SANDBOX_ROOT),
+        # Plain http on 127.0.0.1: cookies marked Secure would never come back.
+        "SESSION_COOKIE_SECURE": "0",
+        "CSRF_COOKIE_SECURE": "0",
+    }
+
+
+@pytest.fixture(scope="session")
+def served(django_db_setup: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """``make serve`` (after ``make setup``'s collectstatic) on a free port."""
+    env = _serve_env()
+    manage = [sys.executable, "manage.py"]
+    subprocess.run(
+        [*manage, "collectstatic", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True
+    )
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [*manage, "serve", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    server = Served(url=f"http://127.0.0.1:{port}", log_path=log_path)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"serve exited: {server.log()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{server.url}/healthz", timeout=2) as answer:  # noqa: S310
+                    if answer.status == 200 and b"celery@" in log_path.read_bytes():
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"serve not ready: {server.log()[-3000:]}")
+            time.sleep(0.2)
+        yield server
+    finally:
+        # SIGTERM to serve itself: it stops web, worker and beat in order.
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
 
 
 @pytest.fixture(scope="module")

@@ -9,15 +9,16 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings
+from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import Group
 
 from jobs.models import DeadLetter
 from runs.models import Run
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import SERVED_DB, screenshot
 from tests.factories import DeadLetterFactory, UserFactory
 from tests.test_admin_run_page import run_history_create
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = SERVED_DB
 
 PASSWORD = "correct horse battery staple"
 
@@ -32,13 +33,14 @@ def broker_queues() -> Iterator[None]:
 
 
 @pytest.fixture
-def logged_in(page: Any, live_server: Any, broker_queues: None) -> Any:
+def logged_in(page: Any, served: Any, broker_queues: None) -> Any:
     """A staff operator (not a superuser) logged in through the admin login form."""
     user = UserFactory(username="oncall", is_staff=True)
-    user.set_password(PASSWORD)
+    # The server runs the production settings and their hasher, not the tests' fast one.
+    user.password = PBKDF2PasswordHasher().encode(PASSWORD, PBKDF2PasswordHasher().salt())
     user.save()
     user.groups.add(Group.objects.get_or_create(name="operators")[0])
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+    page.goto(f"{served.url}/admin/login/?next=/admin/")
     page.fill("#id_username", "oncall")
     page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
@@ -46,7 +48,7 @@ def logged_in(page: Any, live_server: Any, broker_queues: None) -> Any:
     return page
 
 
-def test_operator_logs_in_and_opens_the_dashboard(logged_in: Any, live_server: Any) -> None:
+def test_operator_logs_in_and_opens_the_dashboard(logged_in: Any, served: Any) -> None:
     DeadLetterFactory()
     page = logged_in
 
@@ -61,11 +63,11 @@ def test_operator_logs_in_and_opens_the_dashboard(logged_in: Any, live_server: A
     screenshot(page, "dashboard")
 
 
-def test_operator_opens_a_run_and_reads_its_timeline(logged_in: Any, live_server: Any) -> None:
+def test_operator_opens_a_run_and_reads_its_timeline(logged_in: Any, served: Any) -> None:
     run = run_history_create(pr=True)
     page = logged_in
 
-    page.goto(f"{live_server.url}/admin/runs/run/?q={run.task.repository.name}")
+    page.goto(f"{served.url}/admin/runs/run/?q={run.task.repository.name}")
     page.click(f"text={str(run.id)[:8]}")
 
     page.wait_for_selector("#timeline")
@@ -85,10 +87,10 @@ def test_operator_opens_a_run_and_reads_its_timeline(logged_in: Any, live_server
     screenshot(page, "run-timeline")
 
 
-def test_operator_cancels_a_run(logged_in: Any, live_server: Any) -> None:
+def test_operator_cancels_a_run(logged_in: Any, served: Any) -> None:
     run = run_history_create()
     page = logged_in
-    page.goto(f"{live_server.url}/admin/runs/run/{run.pk}/change/")
+    page.goto(f"{served.url}/admin/runs/run/{run.pk}/change/")
 
     page.fill("#run-actions input[name=comment]", "wrong repository")
     page.click("#action-cancel")
@@ -101,10 +103,10 @@ def test_operator_cancels_a_run(logged_in: Any, live_server: Any) -> None:
     screenshot(page, "run-cancelled")
 
 
-def test_operator_requeues_a_dead_letter(logged_in: Any, live_server: Any) -> None:
+def test_operator_requeues_a_dead_letter(logged_in: Any, served: Any) -> None:
     letter = DeadLetterFactory(task_name="runs.tasks_readmit", queue="events")
     page = logged_in
-    page.goto(f"{live_server.url}/admin/jobs/deadletter/?status__exact=open")
+    page.goto(f"{served.url}/admin/jobs/deadletter/?status__exact=open")
 
     page.check(f"input[name=_selected_action][value='{letter.pk}']")
     page.select_option("select[name=action]", "requeue")
