@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo serve test lint format migrate clean
+.PHONY: setup demo serve test chaos lint format migrate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ serve: migrate
 
 test: setup
 	$(PY) -m pytest
+
+# The fault-injection suite: its own PostgreSQL, Redis, web, workers and beat
+# (README, Reliability). CHAOS_ARGS="--light" for the short subset.
+chaos: setup
+	$(PY) -m tests.chaos $(CHAOS_ARGS)
 
 lint: setup
 	$(PY) -m ruff check .

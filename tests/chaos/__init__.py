@@ -1,0 +1,1 @@
+"""The fault-injection suite behind ``make chaos`` (see README, Reliability)."""

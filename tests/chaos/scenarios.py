@@ -1,0 +1,572 @@
+"""The fault scenarios. Each drives load into a workspace of its own, injects its faults,
+waits for the work to drain and hands the workspace to the invariant checks.
+
+Sizes come from a profile: ``light`` (inside ``make test``: few runs, the scenarios that
+catch the most) and ``full`` (``make chaos``).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from tests.chaos import invariants
+from tests.chaos.invariants import Findings, db
+from tests.chaos.load import Load, github_headers, scope_create
+from tests.chaos.services import Child
+from tests.chaos.stack import WEBHOOK_SECRET, Stack
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    kill_runs: int
+    kill_deliveries: int
+    redis_runs: int
+    redis_restarts: int
+    pg_runs: int
+    pg_restarts: int
+    burst: int
+    burst_run: int
+    triplicate: int
+    poison_healthy: int
+    beat_runs: int
+    idle_seconds: int
+    forged: int
+    fuzz_examples: int
+    drain_bound: float
+
+
+LIGHT = Profile(
+    name="light",
+    kill_runs=8,
+    kill_deliveries=4,
+    redis_runs=6,
+    redis_restarts=1,
+    pg_runs=6,
+    pg_restarts=1,
+    burst=60,
+    burst_run=6,
+    triplicate=6,
+    poison_healthy=4,
+    beat_runs=4,
+    idle_seconds=10,
+    forged=60,
+    fuzz_examples=0,
+    drain_bound=180,
+)
+FULL = Profile(
+    name="full",
+    kill_runs=200,
+    kill_deliveries=20,
+    redis_runs=40,
+    redis_restarts=4,
+    pg_runs=30,
+    pg_restarts=3,
+    burst=10_000,
+    burst_run=20,
+    triplicate=60,
+    poison_healthy=10,
+    beat_runs=10,
+    idle_seconds=60,
+    forged=1000,
+    fuzz_examples=5,
+    drain_bound=420,
+)
+
+
+@dataclass
+class Result:
+    scenario: str
+    runs: int = 0
+    faults: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    stuck: int = 0
+    recovery: float = 0.0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def absorb(self, found: Findings) -> None:
+        self.runs = found.runs
+        self.lost += found.lost
+        self.duplicated += found.duplicated
+        self.stuck += found.stuck
+        self.violations.extend(found.violations)
+        if found.failed_runs:
+            self.notes.append(f"{found.failed_runs} runs failed (with a reason)")
+        if found.dead_letters:
+            self.notes.append(f"{found.dead_letters} dead letters")
+
+
+class Harness:
+    def __init__(self, stack: Stack, profile: Profile, seed: int) -> None:
+        self.stack = stack
+        self.profile = profile
+        self.rng = random.Random(seed)
+        self.recovery_marks: list[tuple[list[str], float]] = []
+
+    def load(self, name: str, **kwargs: Any) -> Load:
+        scope = db(lambda: scope_create(self.stack, f"chaos-{name}", **kwargs))
+        return Load(self.stack, scope)
+
+    def mark_fault(self, load: Load, at: float | None = None) -> None:
+        """Remember the runs a fault interrupts, to time their recovery afterwards."""
+        runs = db(lambda: invariants.active_runs(load.scope.workspace_id))
+        self.recovery_marks.append((runs, at if at is not None else time.time()))
+
+    def finish(self, result: Result, load: Load, started: float, exits_before: int) -> Result:
+        drain = invariants.wait_drained(load, self.profile.drain_bound, self.stack.supervise)
+        if drain >= self.profile.drain_bound:
+            state = db(lambda: invariants.progress(load))
+            result.notes.append(f"not drained after {drain:.0f}s: {state}")
+        exits = self.stack.unexpected_exits()[exits_before:]
+        result.absorb(invariants.check(load, exits=exits))
+        for runs, at in self.recovery_marks:
+            seconds = db(partial(invariants.recovery_seconds, runs, at))
+            result.recovery = max(result.recovery, seconds)
+        self.recovery_marks.clear()
+        result.seconds = time.monotonic() - started
+        return result
+
+    def background(self, target: Callable[[], None]) -> threading.Thread:
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        return thread
+
+    # --- 1. workers SIGKILLed at random moments -----------------------------------------
+
+    def worker_kill(self) -> Result:
+        started, exits = time.monotonic(), len(self.stack.unexpected_exits())
+        result = Result("worker SIGKILL")
+        load = self.load("worker-kill")
+        feeder = self.background(
+            lambda: (
+                load.submit_many(self.profile.kill_runs, concurrency=2),
+                load.deliver_many(self.profile.kill_deliveries, concurrency=2),
+            )
+        )
+        low, high = (1.5, 3.0) if self.profile.name == "light" else (2.0, 5.0)
+        while feeder.is_alive() or invariants.work_open(db(lambda: invariants.progress(load))):
+            time.sleep(self.rng.uniform(low, high))
+            name = self.rng.choice(["worker1", "worker2"])
+            self.mark_fault(load)
+            self.stack.children[name].kill()
+            result.faults += 1
+            self.stack.restart_worker(name)
+            if time.monotonic() - started > self.profile.drain_bound:
+                break
+        return self.finish(result, load, started, exits)
+
+    # --- 2. Redis restarted without persistence, backlog on every queue ----------------
+
+    def redis_restart(self) -> Result:
+        started, exits = time.monotonic(), len(self.stack.unexpected_exits())
+        result = Result("Redis restart")
+        load = self.load("redis-restart")
+        assert self.stack.redis is not None
+        per_round = max(1, self.profile.redis_runs // self.profile.redis_restarts)
+        for _ in range(self.profile.redis_restarts):
+            # A backlog on every queue: steps (agent, verify), deliveries (webhooks), and
+            # the events the relay hands to consumers.
+            load.submit_many(per_round, concurrency=4)
+            load.deliver_many(max(2, per_round // 3), concurrency=4)
+            time.sleep(1.5)
+            self.mark_fault(load)
+            self.stack.redis.kill()
+            result.faults += 1
+            # Work keeps arriving during the outage.
+            outage_end = time.monotonic() + 3
+            while time.monotonic() < outage_end:
+                load.submit()
+                load.deliver()
+            self.stack.redis.start()
+            self.recovery_marks[-1] = (self.recovery_marks[-1][0], time.time())
+            time.sleep(4)
+            self.stack.supervise()
+        return self.finish(result, load, started, exits)
+
+    # --- 3. PostgreSQL restarted mid-load ---------------------------------------------
+
+    def postgres_restart(self) -> Result:
+        started, exits = time.monotonic(), len(self.stack.unexpected_exits())
+        result = Result("PostgreSQL restart")
+        load = self.load("pg-restart")
+        assert self.stack.postgres is not None
+        per_round = max(1, self.profile.pg_runs // self.profile.pg_restarts)
+        for n in range(self.profile.pg_restarts):
+            load.submit_many(per_round, concurrency=4)
+            load.deliver_many(max(2, per_round // 3), concurrency=4)
+            time.sleep(3)
+            self.mark_fault(load)
+            self.stack.postgres.stop("immediate" if n % 2 else "fast")
+            result.faults += 1
+            outage_end = time.monotonic() + 2
+            while time.monotonic() < outage_end:
+                load.submit()
+                load.deliver()
+            self.stack.postgres.start()
+            self.recovery_marks[-1] = (self.recovery_marks[-1][0], time.time())
+            time.sleep(4)
+            self.stack.supervise()
+        return self.finish(result, load, started, exits)
+
+    # --- 4. a burst of submissions as fast as the API takes them -----------------------
+
+    def burst(self) -> Result:
+        started, exits = time.monotonic(), len(self.stack.unexpected_exits())
+        result = Result("submission burst")
+        # A workspace limit far below the burst: the rest must be deferred, not dropped.
+        load = self.load("burst", max_active_runs=self.profile.burst_run)
+        sent = time.monotonic()
+        load.submit_many(self.profile.burst, concurrency=8)
+        elapsed = time.monotonic() - sent
+        statuses: dict[str, int] = {}
+        for sub in load.submissions:
+            key = str(sub.body.get("status") or sub.status)
+            statuses[key] = statuses.get(key, 0) + 1
+        result.faults = self.profile.burst
+        result.notes.append(
+            f"{self.profile.burst} submissions in {elapsed:.1f}s "
+            f"({self.profile.burst / max(elapsed, 0.001):.0f}/s): {statuses}"
+        )
+        refused = [s for s in load.submissions if not s.accepted]
+        if refused:
+            result.violations.append(
+                f"refused: {len(refused)} submissions not accepted, e.g. {refused[0].status}"
+            )
+        # The deferred tail waits for admission behind the limit; to bound the scenario,
+        # everything beyond the first runs is cancelled through the API once admitted
+        # or deferred, and must still end (cancelled) without loss.
+        keep = self.profile.burst_run * 2
+        cancelled = cancel_tasks(load, [s for s in load.submissions[keep:] if s.accepted])
+        if cancelled:
+            result.notes.append(f"{cancelled} cancelled through the API")
+        return self.finish(result, load, started, exits)
+
+    # --- 5. every delivery three times, concurrently -----------------------------------
+
+    def webhook_triplicate(self) -> Result:
+        started, exits = time.monotonic(), len(self.stack.unexpected_exits())
+        result = Result("webhook x3 concurrent")
+        load = self.load("triplicate")
+        load.deliver_many(self.profile.triplicate, concurrency=2, copies=3)
+        result.faults = 2 * self.profile.triplicate
+        answered = sorted({str(s) for d in load.deliveries for s in d.statuses})
+        result.notes.append(f"answers {answered}")
+        return self.finish(result, load, started, exits)
+
+    # --- 6. a poison delivery among healthy ones ---------------------------------------
+
+    def poison(self) -> Result:
+        from jobs.models import DeadLetter
+        from webhooks.models import WebhookReceipt
+
+        started, exits = time.monotonic(), len(self.stack.unexpected_exits())
+        result = Result("poison message")
+        load = self.load("poison")
+        poison_ids = []
+        for _ in range(2):
+            # Signed and well-formed JSON, but "issue" is not an object: processing
+            # raises every time it is tried.
+            body = load.delivery_body(10_000 + len(poison_ids)).replace(
+                b'"issue":{', b'"issue":[{', 1
+            )
+            body = body.replace(b',"repository":', b'],"repository":', 1)
+            delivery_id = f"poison-{len(poison_ids)}-{load.scope.slug}"
+            status = load.post_webhook(
+                body, github_headers(body, "issues", delivery_id, WEBHOOK_SECRET)
+            )
+            result.notes.append(f"poison answered {status}")
+            poison_ids.append(delivery_id)
+            result.faults += 1
+        load.submit_many(self.profile.poison_healthy, concurrency=2)
+        load.deliver_many(self.profile.poison_healthy, concurrency=2)
+        finished = self.finish(result, load, started, exits)
+
+        def poison_state() -> list[str]:
+            problems = []
+            for delivery_id in poison_ids:
+                receipt = WebhookReceipt.objects.filter(delivery_id=delivery_id).first()
+                if receipt is None:
+                    problems.append(f"poison {delivery_id}: no receipt")
+                    continue
+                letters = (
+                    DeadLetter.objects.filter(args__contains=[receipt.pk]).count()
+                    + DeadLetter.objects.filter(kwargs__contains={"receipt_id": receipt.pk}).count()
+                )
+                if receipt.status != "failed" or not letters:
+                    problems.append(
+                        f"poison {delivery_id}: receipt {receipt.status} after "
+                        f"{receipt.attempts} attempts, {letters} dead letters"
+                    )
+            return problems
+
+        deadline = time.monotonic() + 60
+        problems = db(poison_state)
+        while problems and time.monotonic() < deadline:
+            time.sleep(2)
+            problems = db(poison_state)
+        finished.violations.extend(problems)
+        return finished
+
+    # --- 7. beat killed and restarted; two beats at once --------------------------------
+
+    def beat(self) -> Result:
+        started, exits = time.monotonic(), len(self.stack.unexpected_exits())
+        result = Result("beat kill + two beats")
+        load = self.load("beat")
+        beat = self.stack.children["beat"]
+        load.submit_many(self.profile.beat_runs // 2, concurrency=2)
+        # While no beat runs, a worker is killed: only the reaper can recover its runs.
+        time.sleep(2)
+        beat.kill()
+        result.faults += 1
+        self.mark_fault(load)
+        self.stack.children["worker1"].kill()
+        result.faults += 1
+        time.sleep(3)
+        self.stack.restart_worker("worker1")
+        beat.start()
+        second = Child(
+            "beat2",
+            self.stack.beat_argv("beat2"),
+            env=self.stack.env,
+            cwd=beat.cwd,
+            log_dir=self.stack.log_dir,
+        )
+        self.stack.extra_beats.append(second)
+        second.start()
+        result.faults += 1
+        overlap_started = time.time()
+        load.submit_many(self.profile.beat_runs - self.profile.beat_runs // 2, concurrency=2)
+        finished = self.finish(result, load, started, exits)
+        overlap = time.time() - overlap_started
+        sent = {
+            child.name: child.log_path.read_text(errors="replace").count("Sending due task")
+            for child in (beat, second)
+        }
+        both = [name for name, count in sent.items() if count]
+        finished.notes.append(f"two beats for {overlap:.0f}s, tasks sent: {sent}")
+        leaders = [
+            name
+            for name, child in (("beat", beat), ("beat2", second))
+            if "leader_acquired" in child.log_path.read_text(errors="replace")
+        ]
+        if len(both) > 1 and len(leaders) > 1:
+            finished.notes.append(f"leadership moved between {leaders}")
+        second.stop()
+        self.stack.extra_beats.remove(second)
+        return finished
+
+    # --- 8. idle CPU --------------------------------------------------------------------
+
+    def idle(self) -> Result:
+        started = time.monotonic()
+        result = Result("idle CPU")
+        names = ["worker1", "worker2", "beat"]
+        before = {name: self.stack.children[name].cpu_seconds() for name in names}
+        time.sleep(self.profile.idle_seconds)
+        window = self.profile.idle_seconds
+        usage = {
+            name: (self.stack.children[name].cpu_seconds() - before[name]) / window * 100
+            for name in names
+        }
+        result.notes.append(
+            f"{window}s idle, % of a core: "
+            + ", ".join(f"{name} {value:.2f}" for name, value in usage.items())
+        )
+        over = {name: value for name, value in usage.items() if value >= 1.0}
+        if over:
+            result.violations.append(f"idle CPU over 1% of a core: {over}")
+        result.seconds = time.monotonic() - started
+        return result
+
+    # --- 9. security inputs --------------------------------------------------------------
+
+    def security(self) -> Result:
+        from webhooks.models import WebhookReceipt
+
+        started = time.monotonic()
+        result = Result("security inputs")
+        load = self.load("security")
+        outsider = self.load("security-outsider")
+        receipts_before = db(lambda: WebhookReceipt.objects.count())
+        answers: dict[int | None, int] = {}
+        valid_body = load.delivery_body(1)
+        valid_sig = github_headers(valid_body, "issues", "x", WEBHOOK_SECRET)["X-Hub-Signature-256"]
+        for n in range(self.profile.forged):
+            body = load.delivery_body(100 + n)
+            headers = github_headers(body, "issues", f"forged-{n}", WEBHOOK_SECRET)
+            kind = n % 5
+            if kind == 0:  # wrong secret
+                headers = github_headers(body, "issues", f"forged-{n}", "not-the-secret")
+            elif kind == 1:  # truncated
+                headers["X-Hub-Signature-256"] = headers["X-Hub-Signature-256"][:-8]
+            elif kind == 2:  # replayed from another body
+                headers["X-Hub-Signature-256"] = valid_sig
+            elif kind == 3:  # missing
+                del headers["X-Hub-Signature-256"]
+            else:  # signed, then the body tampered with
+                body = body.replace(b"add() subtracts", b"rm -rf / please")
+            status = load.post_webhook(body, headers)
+            answers[status] = answers.get(status, 0) + 1
+        result.faults = self.profile.forged
+        result.notes.append(f"forged answers {answers}")
+        if set(answers) != {401}:
+            result.violations.append(f"forged webhooks not all 401: {answers}")
+        stored = db(lambda: WebhookReceipt.objects.count()) - receipts_before
+        if stored:
+            result.violations.append(f"forged webhooks stored {stored} receipts")
+        # An outsider's token against every object of another workspace.
+        load.submit()
+        invariants.wait_drained(load, self.profile.drain_bound, self.stack.supervise)
+        probes = outsider_probes(load)
+        result.faults += len(probes)
+        leaks = outsider_leaks(outsider, probes)
+        result.notes.append(f"{len(probes)} outsider probes")
+        result.violations.extend(leaks)
+        if self.profile.fuzz_examples:
+            result.notes.append(fuzz(self.stack, load, self.profile.fuzz_examples, result))
+        result.runs = 1
+        result.seconds = time.monotonic() - started
+        return result
+
+
+def cancel_tasks(load: Load, submissions: list[Any]) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from runs.models import Run
+
+    def cancel(sub: Any) -> int:
+        task_id = sub.body.get("task_id")
+        run_id = sub.body.get("run_id")
+        if run_id is None:
+            run_id = db(
+                lambda: Run.objects.filter(task_id=task_id).values_list("id", flat=True).first()
+            )
+        path = f"/api/runs/{run_id}/cancel/" if run_id else f"/api/tasks/{task_id}/cancel/"
+        try:
+            with httpx.Client(base_url=load.stack.url, timeout=30) as client:
+                response = client.post(
+                    path,
+                    json={"reason": "burst tail"},
+                    headers={"Authorization": f"Bearer {load.scope.token}"},
+                )
+        except httpx.HTTPError:
+            return 0
+        return 1 if response.status_code < 300 else 0
+
+    with ThreadPoolExecutor(8) as pool:
+        return sum(pool.map(cancel, submissions))
+
+
+def outsider_probes(load: Load) -> list[tuple[str, str]]:
+    from runs.models import Run, Task
+
+    def collect() -> list[tuple[str, str]]:
+        task = Task.objects.filter(workspace_id=load.scope.workspace_id).first()
+        run = Run.objects.filter(task=task).first()
+        probes = [
+            ("GET", f"/api/workspaces/{load.scope.slug}/"),
+            ("GET", f"/api/repositories/{load.scope.repository_id}/"),
+        ]
+        if task is not None:
+            probes.append(("GET", f"/api/tasks/{task.id}/"))
+        if run is not None:
+            probes += [
+                ("GET", f"/api/runs/{run.id}/"),
+                ("GET", f"/api/runs/{run.id}/events/"),
+                ("GET", f"/api/runs/{run.id}/artifacts/"),
+                ("POST", f"/api/runs/{run.id}/cancel/"),
+                ("POST", f"/api/runs/{run.id}/approve/"),
+                ("POST", f"/api/runs/{run.id}/reject/"),
+                ("POST", f"/api/runs/{run.id}/retry/"),
+            ]
+        return probes
+
+    return db(collect)
+
+
+def outsider_leaks(outsider: Load, probes: list[tuple[str, str]]) -> list[str]:
+    import httpx
+
+    leaks = []
+    with httpx.Client(base_url=outsider.stack.url, timeout=30) as client:
+        for method, path in probes:
+            response = client.request(
+                method, path, headers={"Authorization": f"Bearer {outsider.scope.token}"}, json={}
+            )
+            if response.status_code != 404:
+                leaks.append(f"outsider {method} {path} answered {response.status_code}")
+    return leaks
+
+
+def fuzz(stack: Stack, load: Load, examples: int, result: Result) -> str:
+    """schemathesis against the live schema, with and without a token: no 5xx."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    st = Path(sys.executable).with_name("st")
+    summary = []
+    for label, headers in (
+        ("token", ["-H", f"Authorization: Bearer {load.scope.token}"]),
+        ("anonymous", []),
+    ):
+        completed = subprocess.run(
+            [
+                str(st),
+                "run",
+                f"{stack.url}/api/schema/",
+                "--checks",
+                "not_a_server_error",
+                "--max-examples",
+                str(examples),
+                "--exclude-path",
+                "/api/runs/{id}/stream",
+                "--suppress-health-check",
+                "all",
+                *headers,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        tail = completed.stdout.strip().splitlines()[-1:] or [completed.stderr[-200:]]
+        summary.append(f"{label}: exit {completed.returncode} {tail[0][:120]}")
+        if completed.returncode != 0:
+            (stack.log_dir / f"schemathesis-{label}.log").write_text(completed.stdout)
+            result.violations.append(
+                f"schemathesis ({label}) found failures: "
+                f"see {stack.log_dir}/schemathesis-{label}.log"
+            )
+    return "fuzz " + "; ".join(summary)
+
+
+SCENARIOS: dict[str, Callable[[Harness], Result]] = {
+    "worker-kill": Harness.worker_kill,
+    "redis-restart": Harness.redis_restart,
+    "postgres-restart": Harness.postgres_restart,
+    "burst": Harness.burst,
+    "webhook-triplicate": Harness.webhook_triplicate,
+    "poison": Harness.poison,
+    "beat": Harness.beat,
+    "idle": Harness.idle,
+    "security": Harness.security,
+}
+# Inside `make test`: the faults that have found the most (a killed worker, a broker that
+# forgets its queue, a redelivery storm, forged signatures) in seconds.
+LIGHT_SCENARIOS = ["worker-kill", "redis-restart", "webhook-triplicate", "security"]

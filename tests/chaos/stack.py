@@ -1,0 +1,257 @@
+"""The platform under test: its own PostgreSQL and Redis, web, two workers and beat.
+
+Deployed as the README's production section deploys it (uvicorn with two workers, Celery
+workers on every queue, the leader-elected beat), with a shorter run lease so crashed
+steps are found in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.chaos.fakegithub import FakeGitHub
+from tests.chaos.services import Child, PostgresCluster, RedisServer, free_port, remove_tree
+
+ROOT = Path(__file__).resolve().parents[2]
+WEBHOOK_SECRET = "chaos-webhook-secret"
+GITHUB_TOKEN = "ghp_" + "c" * 36
+LEASE_SECONDS = 5
+STALL_SECONDS = 10
+# Settings the children inherit from the caller's environment that would point them at
+# someone else's services.
+FOREIGN = (
+    "DATABASE_URL",
+    "REDIS_URL",
+    "CELERY_BROKER_URL",
+    "EVENT_STREAM_REDIS_URL",
+    "DATABASE_TEST_NAME",
+    "DJANGO_SETTINGS_MODULE",
+    "AGENTPLATFORM_VAR_DIR",
+    "SANDBOX_ROOT",
+)
+
+
+def python_command() -> str:
+    return sys.executable
+
+
+class Stack:
+    def __init__(self, *, keep: bool = False) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="agentplatform-chaos-"))
+        self.keep = keep
+        self.log_dir = self.root / "logs"
+        self.log_dir.mkdir()
+        self.postgres: PostgresCluster | None = None
+        self.redis: RedisServer | None = None
+        self.github = FakeGitHub()
+        self.web_port = free_port()
+        self.children: dict[str, Child] = {}
+        self.extra_beats: list[Child] = []
+        self.env: dict[str, str] = {}
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.postgres = PostgresCluster(self.root)
+        self.postgres.create_database("chaos")
+        self.redis = RedisServer(self.root)
+        base = {k: v for k, v in os.environ.items() if k not in FOREIGN}
+        script = {"provider": "scripted", "script": short_fix_script()}
+        self.env = {
+            **base,
+            "DJANGO_SETTINGS_MODULE": "agentplatform.settings",
+            "DATABASE_URL": self.postgres.url,
+            "CELERY_BROKER_URL": self.redis.url,
+            "REDIS_URL": self.redis.url,
+            "SECRET_KEY": "chaos-secret-key-long-enough-for-the-production-check-0123456789",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "AGENTPLATFORM_VAR_DIR": str(self.root / "var"),
+            "RUN_LEASE_SECONDS": str(LEASE_SECONDS),
+            "RUN_STALL_SECONDS": str(STALL_SECONDS),
+            "GITHUB_API_URL": self.github.url,
+            "GITHUB_TOKEN": GITHUB_TOKEN,
+            "GITHUB_WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "WEBHOOK_TASK_MODEL_OPTIONS": json.dumps(script),
+            # The burst measures what the API takes, not the throttle.
+            "API_THROTTLE_USER_RATE": "",
+            "API_THROTTLE_TOKEN_RATE": "",
+            "API_THROTTLE_ANON_RATE": "",
+            "LOG_JSON": "false",
+            "PYTHONUNBUFFERED": "1",
+        }
+        os.environ.update({k: v for k, v in self.env.items() if k not in base})
+        os.environ.update({k: self.env[k] for k in ("DATABASE_URL", "CELERY_BROKER_URL")})
+        self.manage("migrate", "--noinput", "-v", "0")
+        self.manage("beat_schedules")
+        celery = [python_command(), "-m", "celery", "-A", "agentplatform"]
+        self._add(
+            "web",
+            [
+                python_command(),
+                "-m",
+                "uvicorn",
+                "agentplatform.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.web_port),
+                "--workers",
+                "2",
+                "--no-access-log",
+            ],
+        )
+        for n in (1, 2):
+            self._add(
+                f"worker{n}",
+                [
+                    *celery,
+                    "worker",
+                    "-Q",
+                    "agent,verify,events,webhooks",
+                    "-c",
+                    "2",
+                    "-n",
+                    f"chaos{n}-{os.getpid()}@%h",
+                    "--loglevel",
+                    "INFO",
+                ],
+            )
+        self._add("beat", self.beat_argv("beat"))
+        for child in self.children.values():
+            child.start()
+        self.wait_ready()
+
+    def beat_argv(self, name: str) -> list[str]:
+        return [
+            python_command(),
+            "-m",
+            "celery",
+            "-A",
+            "agentplatform",
+            "beat",
+            "--loglevel",
+            "INFO",
+            "--pidfile",
+            str(self.root / f"{name}.pid"),
+        ]
+
+    def _add(self, name: str, argv: list[str]) -> Child:
+        child = Child(name, argv, env=self.env, cwd=ROOT, log_dir=self.log_dir)
+        self.children[name] = child
+        return child
+
+    def manage(self, *args: str) -> str:
+        result = subprocess.run(
+            [python_command(), "manage.py", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stderr[-3000:]}")
+        return result.stdout
+
+    def wait_ready(self, timeout: float = 90) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        pending = {"worker1", "worker2", "web"}
+        while pending and time.monotonic() < deadline:
+            for name in list(pending):
+                child = self.children[name]
+                child.check()
+                if name == "web":
+                    try:
+                        if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                            pending.discard(name)
+                    except httpx.HTTPError:
+                        pass
+                elif b"ready." in child.log_path.read_bytes():
+                    pending.discard(name)
+            time.sleep(0.2)
+        if pending:
+            raise RuntimeError(
+                f"not ready after {timeout}s: {sorted(pending)} (logs {self.log_dir})"
+            )
+
+    def worker_ready_count(self, child: Child) -> int:
+        return child.log_path.read_bytes().count(b"ready.")
+
+    def restart_worker(self, name: str, timeout: float = 60) -> None:
+        child = self.children[name]
+        before = self.worker_ready_count(child)
+        child.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.worker_ready_count(child) <= before:
+            if not child.alive():
+                break
+            time.sleep(0.1)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    def supervise(self) -> None:
+        for child in [*self.children.values(), *self.extra_beats]:
+            child.check()
+
+    def unexpected_exits(self) -> list[str]:
+        return [
+            exit_
+            for child in [*self.children.values(), *self.extra_beats]
+            for exit_ in child.unexpected_exits
+        ]
+
+    def stop(self) -> None:
+        for child in [*self.extra_beats, *self.children.values()]:
+            child.stop()
+        for service in (self.redis, self.postgres):
+            if service is not None:
+                service.destroy()
+        self.github.close()
+        if not self.keep:
+            remove_tree(self.root)
+
+
+def short_fix_script(python: str | None = None) -> dict[str, Any]:
+    """The scripted agent the load uses: fix add(), run the tests, finish."""
+    python = python or sys.executable
+    return {
+        "plan": "Fix add() in calc/core.py and run the tests.",
+        "turns": [
+            {
+                "content": "add() subtracts; it must add.",
+                "tool_calls": [
+                    {
+                        "name": "replace_text",
+                        "arguments": {
+                            "path": "calc/core.py",
+                            "old": "return a - b",
+                            "new": "return a + b",
+                        },
+                    }
+                ],
+            },
+            {
+                "content": "Running the tests.",
+                "tool_calls": [
+                    {
+                        "name": "run_command",
+                        "arguments": {"command": f"{python} -m unittest discover -s tests -q"},
+                    }
+                ],
+            },
+            {
+                "content": "Done.",
+                "tool_calls": [{"name": "finish", "arguments": {"summary": "add() fixed."}}],
+            },
+        ],
+    }
