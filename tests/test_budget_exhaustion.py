@@ -22,14 +22,8 @@ BREAK = {
         }
     ]
 }
-MISSING = {
-    "tool_calls": [
-        {
-            "name": "replace_text",
-            "arguments": {"path": "calc/core.py", "old": "no such text", "new": "x"},
-        }
-    ]
-}
+# Refused by policy: a retry. (Text not found is an answer the model acts on, not one.)
+DENIED = {"tool_calls": [{"name": "write_file", "arguments": {"path": ".env", "content": "x"}}]}
 SLOW = {
     "tool_calls": [
         {
@@ -49,7 +43,7 @@ CASES = {
     "model_turns": ({"model_turns": 3}, demo.fix_script(), "budget_model_turns", Run.Status.FAILED),
     "tool_retries": (
         {"tool_retries": 1},
-        {"turns": [MISSING, MISSING, FINISH]},
+        {"turns": [DENIED, DENIED, FINISH]},
         "budget_tool_retries",
         Run.Status.FAILED,
     ),

@@ -16,9 +16,16 @@ from jsonschema import Draft202012Validator
 from runs.agent import safefs
 from runs.agent.artifacts import redact
 from runs.agent.sandbox import Sandbox
+from runs.agent.verify import verification_summary
 
-MAX_READ_BYTES = 64 * 1024
+MAX_READ_BYTES = 2 * 1024 * 1024
 MAX_SEARCH_HITS = 200
+VIEW_WINDOW = 200
+UNDO_DEPTH = 5
+# Words of a command line that join commands; each joined command is checked.
+COMMAND_SEPARATORS = frozenset({"|", "||", "&&", ";", "&", "|&"})
+SHELL_BUILTINS = frozenset({"cd", "true", "false", "echo", "test", "["})
+ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 @dataclass
@@ -64,100 +71,107 @@ def path_is_forbidden(path: str, patterns: list[str]) -> str | None:
     return None
 
 
+def _tool(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict:
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": required},
+        },
+    }
+
+
+_PATH = {"type": "string", "description": "path relative to the repository root"}
 TOOL_SCHEMAS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "list_files",
-            "description": "List files of the repository under a directory.",
-            "parameters": {
-                "type": "object",
-                "properties": {"path": {"type": "string", "default": "."}},
-            },
+    _tool(
+        "repo_map",
+        "The repository's most relevant files with their classes and functions (and line "
+        "numbers), ranked by how much the rest of the code refers to them and by the "
+        "words you give in focus.",
+        {"focus": {"type": "string", "description": "words, symbols or paths to favour"}},
+        [],
+    ),
+    _tool(
+        "list_files",
+        "List the files under a directory (ignored files left out).",
+        {"path": {**_PATH, "default": "."}},
+        [],
+    ),
+    _tool(
+        "read_file",
+        f"View a file with line numbers, {VIEW_WINDOW} lines at a time; pass start_line "
+        "and end_line (1-based, inclusive) for another window.",
+        {"path": _PATH, "start_line": {"type": "integer"}, "end_line": {"type": "integer"}},
+        ["path"],
+    ),
+    _tool(
+        "search",
+        "Search file contents for a regular expression (POSIX extended) with git grep; "
+        "ignored files are left out. Returns path:line: text.",
+        {
+            "pattern": {"type": "string"},
+            "path": {**_PATH, "description": "limit to this file or directory"},
+            "fixed_string": {"type": "boolean", "description": "match the text literally"},
+            "ignore_case": {"type": "boolean"},
         },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a file, optionally a range of 1-based lines.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string"},
-                    "start_line": {"type": "integer"},
-                    "end_line": {"type": "integer"},
-                },
-                "required": ["path"],
-            },
+        ["pattern"],
+    ),
+    _tool(
+        "replace_text",
+        "Replace an exact piece of text in a file. It must occur exactly once unless "
+        "count is given; include enough surrounding lines to make it unique. A Python file "
+        "that would no longer parse is left unchanged and the error is shown.",
+        {
+            "path": _PATH,
+            "old": {"type": "string"},
+            "new": {"type": "string"},
+            "count": {"type": "integer", "description": "replace this many occurrences"},
         },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "search",
-            "description": "Search the repository for a regular expression.",
-            "parameters": {
-                "type": "object",
-                "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}},
-                "required": ["pattern"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "replace_text",
-            "description": "Replace an exact text (must occur once unless count is given).",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string"},
-                    "old": {"type": "string"},
-                    "new": {"type": "string"},
-                    "count": {"type": "integer"},
-                },
-                "required": ["path", "old", "new"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "write_file",
-            "description": "Create or overwrite a file.",
-            "parameters": {
-                "type": "object",
-                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-                "required": ["path", "content"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "run_command",
-            "description": "Run a command allowed by the repository's policy.",
-            "parameters": {
-                "type": "object",
-                "properties": {"command": {"type": "string"}},
-                "required": ["command"],
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "finish",
-            "description": "Stop editing; the patch is ready for verification.",
-            "parameters": {
-                "type": "object",
-                "properties": {"summary": {"type": "string"}},
-            },
-        },
-    },
+        ["path", "old", "new"],
+    ),
+    _tool(
+        "insert",
+        "Insert text after a line (0 inserts at the top of the file).",
+        {"path": _PATH, "line": {"type": "integer", "minimum": 0}, "text": {"type": "string"}},
+        ["path", "line", "text"],
+    ),
+    _tool(
+        "undo_edit",
+        "Undo the last edit (replace_text, insert or write_file) of a file.",
+        {"path": _PATH},
+        ["path"],
+    ),
+    _tool(
+        "write_file",
+        "Create a file, or overwrite one completely.",
+        {"path": _PATH, "content": {"type": "string"}},
+        ["path", "content"],
+    ),
+    _tool(
+        "run_tests",
+        "Run the repository's test command, or only some tests (for example "
+        "tests/test_core.py::test_add), and get a summary of the result.",
+        {"selection": {"type": "string", "description": "test files or ids to run"}},
+        [],
+    ),
+    _tool(
+        "run_command",
+        "Run a shell command allowed by the repository's policy, in the repository root "
+        "or in cwd. Pipes, && and 2>&1 work; a non-zero exit code is reported, not an "
+        "error.",
+        {"command": {"type": "string"}, "cwd": {**_PATH, "description": "working directory"}},
+        ["command"],
+    ),
+    _tool(
+        "finish",
+        "Stop editing; the patch is ready for verification.",
+        {"summary": {"type": "string"}},
+        [],
+    ),
 ]
 TOOL_NAMES = frozenset(t["function"]["name"] for t in TOOL_SCHEMAS)
+EDIT_TOOLS = frozenset({"replace_text", "write_file", "insert", "undo_edit"})
 
 
 def _schema_of(name: str, tools: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -191,25 +205,96 @@ def tool_call_problem(
     return ""
 
 
+def command_check(command: str, allowed: list[str]) -> list[str]:
+    """The commands a command line runs, or ToolDenied saying what the policy refuses.
+
+    The line is split with a shell lexer, so quoted text (``grep "a|b"``) is an
+    argument, not an operator. Every command of a pipeline or ``&&`` chain must be
+    allowed (``cd`` and a few builtins always are); redirections are allowed,
+    command substitution is not, because it hides what runs.
+    """
+    if "`" in command or "$(" in command or "<(" in command or ">(" in command:
+        raise ToolDenied("command substitution is not allowed; run the commands one by one")
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|<>")
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError as exc:
+        raise ToolDenied(f"command does not parse: {exc}") from exc
+    if not words:
+        raise ToolDenied("empty command")
+    names = {posixpath.basename(c) for c in allowed} | set(allowed)
+    programs: list[str] = []
+    expect_program = True
+    for word in words:
+        if word in COMMAND_SEPARATORS:
+            expect_program = True
+        elif set(word) <= set("<>&") and word:
+            pass  # a redirection operator; its target follows
+        elif expect_program and ENV_ASSIGNMENT.match(word):
+            pass
+        elif expect_program:
+            programs.append(word)
+            known = word in names or posixpath.basename(word) in names
+            if word not in SHELL_BUILTINS and not known:
+                raise ToolDenied(
+                    f"command {word!r} is not in the allowed commands "
+                    f"({', '.join(sorted(set(allowed)))})"
+                )
+            expect_program = False
+    if not programs:
+        raise ToolDenied("no command to run")
+    return programs
+
+
+def _python_syntax_error(path: str, text: str) -> str:
+    if not path.endswith(".py"):
+        return ""
+    try:
+        compile(text, path, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return f"{exc.msg} at line {exc.lineno}"
+    except ValueError as exc:
+        return str(exc)
+    return ""
+
+
+def _numbered(lines: list[str], first: int, last: int) -> str:
+    return "\n".join(f"{n:>6}\t{lines[n - 1]}" for n in range(first, last + 1))
+
+
 class Toolbox:
-    """Executes tool calls against one sandbox under one policy."""
+    """Executes tool calls against one sandbox under one policy.
+
+    ``history`` holds earlier versions of edited files for undo_edit; the caller keeps
+    it in the run's checkpoint so an undo still works after the step is re-executed.
+    """
 
     def __init__(
         self,
         sandbox: Sandbox,
         policy: ToolPolicy,
         should_stop: Callable[[], bool] | None = None,
+        *,
+        test_command: str = "",
+        history: dict[str, list[str]] | None = None,
+        focus: str = "",
     ) -> None:
         self.sandbox = sandbox
         self.policy = policy
         self.should_stop = should_stop
+        self.test_command = test_command
+        self.history: dict[str, list[str]] = history if history is not None else {}
+        self.focus = focus
 
     def check(self, name: str, arguments: dict[str, Any]) -> None:
         """Raise ToolDenied if the call breaks policy; called before the call starts."""
         if name not in TOOL_NAMES:
             raise ToolDenied(f"unknown tool {name!r}")
-        if name in {"replace_text", "write_file", "read_file", "list_files", "search"}:
-            path = str(arguments.get("path", "."))
+        paths = [str(arguments[k]) for k in ("path", "cwd") if arguments.get(k)]
+        if name in {"list_files", "search"} and not paths:
+            paths = ["."]
+        for path in paths:
             try:
                 relative = safefs.clean(path)
             except safefs.UnsafePath as exc:
@@ -218,22 +303,12 @@ class Toolbox:
             # the call can reach: a "./" prefix or a symlink cannot sneak past the policy.
             if ".git" in relative.split("/"):
                 raise ToolDenied("the repository's .git directory is off limits")
-            if name in {"replace_text", "write_file"}:
+            if name in EDIT_TOOLS:
                 pattern = path_is_forbidden(relative, self.policy.forbidden_paths)
                 if pattern:
                     raise ToolDenied(f"path {path!r} is forbidden by policy ({pattern})")
         if name == "run_command":
-            command = str(arguments.get("command", ""))
-            try:
-                argv = shlex.split(command)
-            except ValueError as exc:
-                raise ToolDenied(f"command does not parse: {exc}") from exc
-            if not argv:
-                raise ToolDenied("empty command")
-            if argv[0] not in self.policy.allowed_commands:
-                raise ToolDenied(f"command {argv[0]!r} is not in the allowed commands")
-            if any(token in command for token in (";", "&&", "||", "|", "`", "$(", ">")):
-                raise ToolDenied("shell operators are not allowed in commands")
+            command_check(str(arguments.get("command", "")), self.policy.allowed_commands)
 
     def execute(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         """Run the tool; its output is redacted of known secret patterns.
@@ -248,74 +323,235 @@ class Toolbox:
             result = ToolResult("failed", f"bad arguments for {name}: {exc}")
         except safefs.UnsafePath as exc:
             result = ToolResult("denied", f"refused: {exc}")
+        except FileNotFoundError:
+            result = ToolResult("completed", f"error: {arguments.get('path')!r} does not exist")
         except (OSError, UnicodeDecodeError, re.error) as exc:
             result = ToolResult("failed", f"{type(exc).__name__}: {exc}")
         result.output = redact(result.output)
         return result
 
+    # --- helpers ----------------------------------------------------------------------
+
+    def _git(self, *args: str) -> tuple[int, str]:
+        """A read-only git command of the platform's in the working copy."""
+        result = self.sandbox.git(*args, timeout=60)  # type: ignore[attr-defined]
+        return result.exit_code or 0, result.output
+
+    def _files(self, path: str = ".") -> list[str]:
+        """Tracked and untracked files that .gitignore does not exclude."""
+        relative = safefs.clean(path) or "."
+        code, output = self._git(
+            "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", relative
+        )
+        if code != 0:
+            return [entry.path for entry in safefs.walk(self.sandbox.path, path)]
+        return sorted({p for p in output.split("\0") if p})
+
+    def _edited(self, path: str, before: str, after: str) -> ToolResult | None:
+        """Write ``after`` unless it breaks a Python file that parsed; remember ``before``."""
+        error = _python_syntax_error(path, after)
+        if error and not _python_syntax_error(path, before):
+            line = re.search(r"line (\d+)", error)
+            lines = after.splitlines()
+            at = int(line.group(1)) if line else 1
+            first, last = max(1, at - 3), min(len(lines), at + 3)
+            return ToolResult(
+                "completed",
+                f"error: the edit was NOT applied: {path} would no longer parse "
+                f"(SyntaxError: {error}). The edited text would read:\n"
+                f"{_numbered(lines, first, last)}",
+                {"applied": False},
+            )
+        versions = self.history.setdefault(safefs.clean(path), [])
+        versions.append(before)
+        del versions[:-UNDO_DEPTH]
+        safefs.write_text(self.sandbox.path, path, after)
+        return None
+
+    def _window(self, path: str, text: str, around: int) -> str:
+        lines = text.splitlines()
+        first, last = max(1, around - 4), min(len(lines), around + 6)
+        return f"{path} lines {first}-{last} now:\n{_numbered(lines, first, last)}"
+
     # --- the tools --------------------------------------------------------------------
     # Every file access goes through safefs: no link is followed, nothing outside the
     # working copy is reachable, whatever the repository or a command planted.
 
+    def _tool_repo_map(self, focus: str = "") -> ToolResult:
+        from runs.agent.repomap import repo_map
+
+        text = repo_map(self.sandbox.path, self._files(), focus=f"{self.focus} {focus}")
+        return ToolResult("completed", text)
+
     def _tool_list_files(self, path: str = ".") -> ToolResult:
-        files = [entry.path for entry in safefs.walk(self.sandbox.path, path)]
-        return ToolResult("completed", "\n".join(files[:2000]), {"count": len(files)})
+        files = self._files(path)
+        shown = files[:500]
+        output = "\n".join(shown)
+        if len(files) > len(shown):
+            output += (
+                f"\n[... {len(files) - len(shown)} more files not shown; list a "
+                "subdirectory or use search ...]"
+            )
+        return ToolResult("completed", output, {"count": len(files)})
 
     def _tool_read_file(
         self, path: str, start_line: int | None = None, end_line: int | None = None
     ) -> ToolResult:
+        if safefs.kind(self.sandbox.path, path) == "dir":
+            return self._tool_list_files(path)
         raw = safefs.read_bytes(self.sandbox.path, path, limit=MAX_READ_BYTES)
         text = raw.decode("utf-8", errors="replace")
         lines = text.splitlines()
-        first = max(1, start_line or 1)
-        last = min(len(lines), end_line or len(lines))
-        numbered = "\n".join(f"{n}: {lines[n - 1]}" for n in range(first, last + 1))
-        return ToolResult("completed", numbered, {"lines": len(lines)})
+        total = len(lines)
+        first = min(max(1, start_line or 1), max(total, 1))
+        last = min(total, end_line or first + VIEW_WINDOW - 1)
+        if last - first + 1 > VIEW_WINDOW * 2:
+            last = first + VIEW_WINDOW * 2 - 1
+        parts = [f"[{path}: {total} lines; showing {first}-{last}]"]
+        if first > 1:
+            parts.append(f"[... lines 1-{first - 1} above ...]")
+        parts.append(_numbered(lines, first, last))
+        if last < total:
+            parts.append(
+                f"[... lines {last + 1}-{total} below; read_file with start_line={last + 1} "
+                "to continue ...]"
+            )
+        if len(raw) >= MAX_READ_BYTES:
+            parts.append(f"[file is larger than {MAX_READ_BYTES} bytes; the rest is not shown]")
+        return ToolResult("completed", "\n".join(parts), {"lines": total})
 
-    def _tool_search(self, pattern: str, path: str = ".") -> ToolResult:
-        regex = re.compile(pattern)
-        hits: list[str] = []
-        for entry in safefs.walk(self.sandbox.path, path):
-            if len(hits) >= MAX_SEARCH_HITS:
-                break
-            try:
-                content = safefs.read_text(self.sandbox.path, entry.path)
-            except (UnicodeDecodeError, OSError, safefs.UnsafePath):
-                continue
-            for number, line in enumerate(content.splitlines(), 1):
-                if regex.search(line):
-                    hits.append(f"{entry.path}:{number}: {line}")
-                    if len(hits) >= MAX_SEARCH_HITS:
-                        break
-        return ToolResult("completed", "\n".join(hits), {"hits": len(hits)})
+    def _tool_search(
+        self,
+        pattern: str,
+        path: str = ".",
+        fixed_string: bool = False,
+        ignore_case: bool = False,
+    ) -> ToolResult:
+        args = ["grep", "-n", "-I", "--untracked", "--no-color", "--full-name"]
+        args += ["-F"] if fixed_string else ["-E"]
+        if ignore_case:
+            args.append("-i")
+        code, output = self._git(*args, "-e", pattern, "--", safefs.clean(path) or ".")
+        if code == 1 and not output.strip():
+            return ToolResult("completed", f"no matches for {pattern!r}", {"hits": 0})
+        if code not in (0, 1):
+            return ToolResult("completed", f"error: search failed: {output.strip()[:500]}")
+        lines = [line[:300] for line in output.splitlines()]
+        shown = lines[:MAX_SEARCH_HITS]
+        text = "\n".join(shown)
+        if len(lines) > len(shown):
+            text += (
+                f"\n[... {len(lines) - len(shown)} more matches; narrow the pattern or path ...]"
+            )
+        return ToolResult("completed", text, {"hits": len(lines)})
 
     def _tool_replace_text(self, path: str, old: str, new: str, count: int = 0) -> ToolResult:
         content = safefs.read_text(self.sandbox.path, path)
-        found = content.count(old)
+        found = content.count(old) if old else 0
         if found == 0:
-            return ToolResult("failed", f"text not found in {path}")
+            return ToolResult(
+                "completed",
+                f"error: the text to replace was not found in {path}; nothing changed. "
+                "Copy it exactly from read_file output (without the line numbers).",
+                {"applied": False},
+            )
         if count == 0 and found > 1:
-            return ToolResult("failed", f"text occurs {found} times in {path}; pass count")
-        safefs.write_text(self.sandbox.path, path, content.replace(old, new, count or 1))
-        return ToolResult("completed", f"replaced {count or 1} occurrence(s) in {path}")
+            starts = [m.start() for m in re.finditer(re.escape(old), content)]
+            at = [content.count("\n", 0, i) + 1 for i in starts][:20]
+            return ToolResult(
+                "completed",
+                f"error: the text occurs {found} times in {path} (lines "
+                f"{', '.join(map(str, at))}); nothing changed. Include more surrounding "
+                "lines to make it unique, or pass count.",
+                {"applied": False},
+            )
+        after = content.replace(old, new, count or 1)
+        refused = self._edited(path, content, after)
+        if refused:
+            return refused
+        line = content.count("\n", 0, content.index(old)) + 1
+        return ToolResult(
+            "completed",
+            f"replaced {count or 1} occurrence(s) in {path}.\n{self._window(path, after, line)}",
+            {"applied": True},
+        )
+
+    def _tool_insert(self, path: str, line: int, text: str) -> ToolResult:
+        content = safefs.read_text(self.sandbox.path, path)
+        lines = content.splitlines(keepends=True)
+        if line > len(lines):
+            return ToolResult(
+                "completed", f"error: {path} has only {len(lines)} lines; nothing changed"
+            )
+        if lines and not lines[-1].endswith("\n") and line == len(lines):
+            lines[-1] += "\n"
+        insert = text if text.endswith("\n") else text + "\n"
+        after = "".join([*lines[:line], insert, *lines[line:]])
+        refused = self._edited(path, content, after)
+        if refused:
+            return refused
+        return ToolResult(
+            "completed",
+            f"inserted after line {line} of {path}.\n{self._window(path, after, line + 1)}",
+            {"applied": True},
+        )
+
+    def _tool_undo_edit(self, path: str) -> ToolResult:
+        versions = self.history.get(safefs.clean(path)) or []
+        if not versions:
+            return ToolResult("completed", f"error: no edit of {path} to undo")
+        previous = versions.pop()
+        safefs.write_text(self.sandbox.path, path, previous)
+        return ToolResult("completed", f"restored {path} to its content before the last edit")
 
     def _tool_write_file(self, path: str, content: str) -> ToolResult:
-        safefs.write_text(self.sandbox.path, path, content)
-        return ToolResult("completed", f"wrote {len(content)} characters to {path}")
+        try:
+            before = safefs.read_text(self.sandbox.path, path)
+        except FileNotFoundError:
+            before = None
+        if before is not None:
+            refused = self._edited(path, before, content)
+            if refused:
+                return refused
+        else:
+            safefs.write_text(self.sandbox.path, path, content)
+        error = _python_syntax_error(path, content)
+        note = f" (warning: it does not parse: {error})" if error else ""
+        return ToolResult("completed", f"wrote {len(content)} characters to {path}{note}")
 
-    def _tool_run_command(self, command: str) -> ToolResult:
-        result = self.sandbox.run(
-            shlex.split(command),
-            timeout=self.policy.command_timeout,
-            should_stop=self.should_stop,
+    def _run(self, command: str, cwd: str = "") -> Any:
+        argv = ["bash", "-c", command]
+        if cwd and safefs.clean(cwd):
+            argv = ["env", f"--chdir={safefs.clean(cwd)}", *argv]
+        return self.sandbox.run(
+            argv, timeout=self.policy.command_timeout, should_stop=self.should_stop
         )
+
+    def _tool_run_tests(self, selection: str = "") -> ToolResult:
+        if not self.test_command:
+            return ToolResult("completed", "error: the repository has no test command")
+        command = self.test_command
+        if selection:
+            command += " " + " ".join(shlex.quote(part) for part in shlex.split(selection))
+        result = self._run(command)
+        if result.timed_out:
+            return ToolResult("timed_out", f"[timed out]\n{verification_summary(result.output)}")
+        verdict = "passed" if result.exit_code == 0 else f"failed (exit code {result.exit_code})"
+        return ToolResult(
+            "completed",
+            f"[tests {verdict}: {command}]\n{verification_summary(result.output)}",
+            {"exit_code": result.exit_code, "duration_ms": result.duration_ms},
+        )
+
+    def _tool_run_command(self, command: str, cwd: str = "") -> ToolResult:
+        result = self._run(command, cwd)
         # A non-zero exit is information for the model (a failing test it reproduces),
         # not a failed tool call.
         status = "timed_out" if result.timed_out else "completed"
         code = "timed out" if result.timed_out else f"exit code {result.exit_code}"
         return ToolResult(
             status,
-            f"[{code}]\n{result.output[-8000:]}",
+            f"[{code}]\n{result.output[-16000:]}",
             {"exit_code": result.exit_code, "duration_ms": result.duration_ms},
         )
 

@@ -47,6 +47,10 @@ def _toolbox(ctx: StepContext, sandbox: LocalSandbox) -> Toolbox:
             command_timeout=settings.COMMAND_TIMEOUT_SECONDS,
         ),
         should_stop=ctx.should_stop,
+        test_command=repository.test_command,
+        # Earlier versions for undo_edit live in the checkpoint, with the diff they undo.
+        history=ctx.checkpoint.setdefault("edit_history", {}),
+        focus=ctx.task.instruction,
     )
 
 
