@@ -29,4 +29,24 @@ def production_settings_check(app_configs: Any, **kwargs: Any) -> list[Error]:
                 id="agentplatform.E002",
             )
         )
+    from runs.agent.backends import backend_get
+
+    backend = backend_get()
+    if not backend.contains:
+        errors.append(
+            Error(
+                f"SANDBOX_BACKEND={settings.SANDBOX_BACKEND!r} does not contain the agent's "
+                "commands.",
+                hint="Use SANDBOX_BACKEND=bubblewrap (apt-get install bubblewrap) or a "
+                "container backend in production mode.",
+                id="agentplatform.E003",
+            )
+        )
+    for problem in backend.problems():
+        errors.append(
+            Error(
+                f"Sandbox backend {backend.name!r} cannot run: {problem}.",
+                id="agentplatform.E004",
+            )
+        )
     return errors

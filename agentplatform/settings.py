@@ -209,6 +209,11 @@ RUN_MAX_RECOVERIES = _env_value("RUN_MAX_RECOVERIES", int, 3)
 # An active run with no lease and no progress for this long lost its wake-up message.
 RUN_STALL_SECONDS = _env_value("RUN_STALL_SECONDS", int, 60)
 SANDBOX_ROOT = Path(_env_value("SANDBOX_ROOT", str, str(VAR_DIR / "sandboxes")))
+# bubblewrap (contains; the default), process (development only: refused in production
+# mode by a system check) or the dotted path of a runs.agent.backends.SandboxBackend.
+SANDBOX_BACKEND = _env_value("SANDBOX_BACKEND", str, "bubblewrap")
+# The platform's own git repositories (never mounted into a sandbox).
+PLATFORM_GIT_ROOT = Path(_env_value("PLATFORM_GIT_ROOT", str, str(VAR_DIR / "platform-git")))
 COMMAND_TIMEOUT_SECONDS = _env_value("COMMAND_TIMEOUT_SECONDS", int, 300)
 COMMAND_OUTPUT_LIMIT_BYTES = _env_value("COMMAND_OUTPUT_LIMIT_BYTES", int, 256 * 1024)
 APPROVAL_TTL_SECONDS = _env_value("APPROVAL_TTL_SECONDS", int, 7 * 24 * 3600)
@@ -288,6 +293,10 @@ GITHUB_TIMEOUT_SECONDS = _env_value("GITHUB_TIMEOUT_SECONDS", float, 30.0)
 SANDBOX_CPU_SECONDS = _env_value("SANDBOX_CPU_SECONDS", int, 600)
 SANDBOX_MEMORY_BYTES = _env_value("SANDBOX_MEMORY_BYTES", int, 4 * 1024**3)
 SANDBOX_FILE_SIZE_BYTES = _env_value("SANDBOX_FILE_SIZE_BYTES", int, 512 * 1024**2)
+SANDBOX_PROCESSES = _env_value("SANDBOX_PROCESSES", int, 256)
+# The working copy's total size, watched while a command runs and checked after it.
+SANDBOX_WORKSPACE_BYTES = _env_value("SANDBOX_WORKSPACE_BYTES", int, 2 * 1024**3)
+SANDBOX_TMP_BYTES = _env_value("SANDBOX_TMP_BYTES", int, 256 * 1024**2)
 
 # --- Git provider webhooks ------------------------------------------------------------
 

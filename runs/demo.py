@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -60,15 +59,15 @@ def sample_repository_create(root: Path, files: dict[str, str] | None = None) ->
     return bare
 
 
-def test_command(python: str = sys.executable) -> str:
+def test_command(python: str = "python3") -> str:
     return f"{python} -m unittest discover -s tests -q"
 
 
-def allowed_commands(python: str = sys.executable) -> list[str]:
+def allowed_commands(python: str = "python3") -> list[str]:
     return ["python", "python3", python, "git", "ls", "cat", "grep"]
 
 
-def fix_script(python: str = sys.executable) -> dict[str, Any]:
+def fix_script(python: str = "python3") -> dict[str, Any]:
     """A scripted agent that finds the bug in ``add``, fixes it and runs the tests."""
     return {
         "plan": "1. Look at calc/core.py. 2. Fix add(). 3. Run the tests. 4. Finish.",

@@ -393,9 +393,9 @@ def _terminal_events(ctx: StepContext, target: str, outcome: Outcome) -> list[Pe
 def _after_terminal(run_id: uuid.UUID) -> None:
     """Clean the sandbox, start a batched follow-up, let a deferred task in."""
     from runs import services
-    from runs.agent.sandbox import sandbox_for_run
+    from runs.agent.sandbox import run_workdirs_remove
 
-    sandbox_for_run(run_id).remove()
+    run_workdirs_remove(run_id)
     try:
         services.run_after_terminal(run_id=run_id)
     except Exception:

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from runs import demo
-from runs.agent.sandbox import sandbox_for_run
+from runs.agent.sandbox import run_workdirs
 from runs.engine import run_drive_inline
 from runs.models import ModelTurn, PullRequest, Run, ToolCall
 from runs.services import task_submit
@@ -62,4 +62,4 @@ def test_scripted_fix_ends_with_a_verified_pull_request(workspace, repository):
         check=True,
     ).stdout
     assert "return a + b" in tests
-    assert not sandbox_for_run(run.id).exists()
+    assert not run_workdirs(run.id)

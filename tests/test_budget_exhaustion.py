@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from runs import demo
@@ -28,7 +26,7 @@ SLOW = {
     "tool_calls": [
         {
             "name": "run_command",
-            "arguments": {"command": f"{sys.executable} -c \"__import__('time').sleep(1.5)\""},
+            "arguments": {"command": "python3 -c \"__import__('time').sleep(1.5)\""},
         }
     ]
 }

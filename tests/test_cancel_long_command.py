@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from runs.agent.sandbox import sandbox_for_run
+from runs.agent.sandbox import run_workdirs
 from runs.models import Run, ToolCall
 from runs.services import run_cancel_request, task_submit
 from tests.conftest import wait_for
@@ -16,21 +16,31 @@ from tests.conftest import wait_for
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
+def processes_with(token: str) -> list[int]:
+    """Host pids of live processes whose command line holds ``token``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if token.encode() in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
 
 
-def test_cancel_during_a_long_command_kills_it(workspace, repository, start_worker, tmp_path):
-    pids = tmp_path / "pids"
+def test_cancel_during_a_long_command_kills_it(workspace, repository, start_worker):
+    # The sandbox has its own pid namespace: the test finds the command's processes on
+    # the host by a token in their command lines.
+    token = f"{uuid.uuid4().int % 10**6}.25"
     slow = (
         "import subprocess, sys, time\n"
-        "child = subprocess.Popen(['sleep', '120'])\n"
-        f"open({str(pids)!r}, 'w').write(f'{{__import__(\"os\").getpid()}} {{child.pid}}')\n"
-        "time.sleep(120)\n"
+        f"child = subprocess.Popen(['sleep', '{token}'])\n"
+        "open('started', 'w').write('yes')\n"
+        f"time.sleep({token})\n"
     )
     script = {
         "turns": [
@@ -41,7 +51,7 @@ def test_cancel_during_a_long_command_kills_it(workspace, repository, start_work
             },
             {
                 "tool_calls": [
-                    {"name": "run_command", "arguments": {"command": f"{sys.executable} slow.py"}}
+                    {"name": "run_command", "arguments": {"command": f"python3 slow.py {token}"}}
                 ]
             },
         ]
@@ -55,12 +65,11 @@ def test_cancel_during_a_long_command_kills_it(workspace, repository, start_work
     )
     run = submission.run
     wait_for(
-        lambda: pids.exists() and pids.read_text().strip(),
+        lambda: any((path / "started").exists() for path in run_workdirs(run.id)),
         timeout=60,
         message="the long command to start",
     )
-    parent, child = (int(p) for p in pids.read_text().split())
-    assert _alive(parent) and _alive(child)
+    wait_for(lambda: len(processes_with(token)) >= 2, timeout=10, message="both processes")
     requested = time.monotonic()
 
     assert run_cancel_request(run=run, by="alice", reason="changed my mind") is True
@@ -72,7 +81,7 @@ def test_cancel_during_a_long_command_kills_it(workspace, repository, start_work
     )
     assert time.monotonic() - requested < 15
     wait_for(
-        lambda: not _alive(parent) and not _alive(child),
+        lambda: not processes_with(token),
         timeout=5,
         message="the command's processes to die",
     )
@@ -83,7 +92,7 @@ def test_cancel_during_a_long_command_kills_it(workspace, repository, start_work
     types = list(run.events.values_list("type", flat=True))
     assert "agent.run.cancel.requested" in types and "agent.run.cancelled" in types
     wait_for(
-        lambda: not sandbox_for_run(run.id).exists(),
+        lambda: not run_workdirs(run.id),
         timeout=10,
         message="the sandbox to be removed",
     )

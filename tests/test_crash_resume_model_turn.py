@@ -4,7 +4,6 @@ worker without asking the model for that turn again, and opens exactly one PR.""
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from typing import Any
 
@@ -33,7 +32,7 @@ ACTS: list[list[dict[str, Any]]] = [
         {
             "id": "call_slow",
             "name": "run_command",
-            "arguments": {"command": f"{sys.executable} -c \"__import__('time').sleep(4)\""},
+            "arguments": {"command": "python3 -c \"__import__('time').sleep(4)\""},
         }
     ],
     [{"id": "call_done", "name": "finish", "arguments": {"summary": "fixed add()"}}],

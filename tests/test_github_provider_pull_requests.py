@@ -7,16 +7,17 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 
 from runs import demo
+from runs.agent import platform_git
 from runs.agent.sandbox import LocalSandbox
 from runs.gitproviders.base import GitProviderError
-from runs.gitproviders.github import GitHubProvider, branch_push_isolated
+from runs.gitproviders.github import GitHubProvider
 from runs.models import Repository
 
 pytestmark = pytest.mark.no_services
@@ -232,19 +233,32 @@ def test_refusals_are_not_retried(github):
 def test_branch_push_keeps_the_token_out_of_the_sandbox(tmp_path, settings):
     settings.SANDBOX_ROOT = tmp_path / "sandboxes"
     origin = demo.sample_repository_create(tmp_path / "origin")
+    git_dir = platform_git.repository_fetch(url=str(origin), dest=tmp_path / "platform.git")
+    base = platform_git.commit_resolve(git_dir, "origin/main")
     sandbox = LocalSandbox("run-push")
     sandbox.create()
-    assert sandbox.run(["git", "clone", "--quiet", str(origin), "."]).ok
+    platform_git.worktree_create(git_dir=git_dir, workdir=sandbox.path, commit=base)
     (sandbox.path / "calc" / "core.py").write_text("def add(a, b):\n    return a + b\n")
-    assert sandbox.git("commit", "--quiet", "-am", "fix").ok
     # An agent could plant a hook or rewrite URLs in its working copy's git config.
     hook_marker = tmp_path / "hook-ran"
     hook = sandbox.path / ".git" / "hooks" / "pre-push"
+    hook.parent.mkdir(exist_ok=True)
     hook.write_text(f"#!/bin/sh\nenv > {hook_marker}\n")
     hook.chmod(0o755)
-    sandbox.git("config", "url.file:///nonexistent/.insteadOf", str(origin))
+    with (sandbox.path / ".git" / "config").open("a") as config:
+        config.write(f'[url "file:///nonexistent/"]\n\tinsteadOf = {origin}\n')
+    _, diff = platform_git.tree_build(git_dir=git_dir, workdir=sandbox.path, base=base)
+    commit, pushed = platform_git.patch_commit(
+        git_dir=git_dir, base=base, diff=diff.text, message="fix"
+    )
+    repository = SimpleNamespace(clone_url=str(origin), name="origin")
 
-    branch_push_isolated(sandbox=sandbox, url=str(origin), branch="agent/abc", token=TOKEN)
+    GitHubProvider(token=TOKEN).branch_push(
+        repository=repository,  # type: ignore[arg-type]
+        git_dir=git_dir,
+        commit=commit,
+        branch="agent/abc",
+    )
 
     head = subprocess.run(
         ["git", "rev-parse", "refs/heads/agent/abc"],
@@ -253,11 +267,13 @@ def test_branch_push_keeps_the_token_out_of_the_sandbox(tmp_path, settings):
         text=True,
         check=True,
     ).stdout.strip()
-    assert head == sandbox.git("rev-parse", "HEAD").output.strip()
+    assert head == commit and pushed.sha256 == diff.sha256
     assert not hook_marker.exists()
     stored = "".join(
-        p.read_text(errors="replace") for p in (sandbox.path / ".git").glob("*") if p.is_file()
+        p.read_text(errors="replace")
+        for directory in (sandbox.path / ".git", git_dir)
+        for p in directory.glob("*")
+        if p.is_file()
     )
     assert TOKEN not in stored
     assert not any(TOKEN in value for value in sandbox.environment().values())
-    assert not list(Path(settings.SANDBOX_ROOT).glob("push-*"))

@@ -3,7 +3,6 @@ reapers sweep) and fails them when their recoveries are spent."""
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import pytest
@@ -25,7 +24,7 @@ SLOW = {
     "tool_calls": [
         {
             "name": "run_command",
-            "arguments": {"command": f"{sys.executable} -c \"__import__('time').sleep(4)\""},
+            "arguments": {"command": "python3 -c \"__import__('time').sleep(4)\""},
         }
     ],
 }

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from runs.agent.sandbox import (
@@ -31,7 +29,7 @@ def test_host_secrets_do_not_reach_commands(sandbox, monkeypatch):
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_secret")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
 
-    result = sandbox.run([sys.executable, "-c", "import os; print(sorted(os.environ))"])
+    result = sandbox.run(["python3", "-c", "import os; print(sorted(os.environ))"])
 
     assert result.ok
     assert "GITHUB_TOKEN" not in result.output and "OPENAI_API_KEY" not in result.output
@@ -41,23 +39,21 @@ def test_host_secrets_do_not_reach_commands(sandbox, monkeypatch):
 def test_output_is_capped(sandbox, settings):
     settings.COMMAND_OUTPUT_LIMIT_BYTES = 1000
 
-    result = sandbox.run([sys.executable, "-c", "print('x' * 100000)"])
+    result = sandbox.run(["python3", "-c", "print('x' * 100000)"])
 
     assert result.truncated
     assert len(result.output) < 1100 and result.output.endswith("[output truncated]")
 
 
 def test_file_size_limit_stops_runaway_writes(sandbox):
-    result = sandbox.run(
-        [sys.executable, "-c", "open('big', 'wb').write(b'0' * (4 * 1024 * 1024))"]
-    )
+    result = sandbox.run(["python3", "-c", "open('big', 'wb').write(b'0' * (4 * 1024 * 1024))"])
 
     assert not result.ok
     assert (sandbox.path / "big").stat().st_size <= 1024 * 1024
 
 
 def test_timeout_kills_the_command(sandbox):
-    result = sandbox.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+    result = sandbox.run(["python3", "-c", "import time; time.sleep(30)"], timeout=0.5)
 
     assert result.timed_out and result.exit_code is None
     assert result.duration_ms < 5000

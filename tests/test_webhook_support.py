@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -83,7 +82,7 @@ def gitlab_post(
     )
 
 
-def followup_script(python: str = sys.executable) -> dict[str, Any]:
+def followup_script(python: str = "python3") -> dict[str, Any]:
     """A scripted agent that leaves a change on every run, follow-ups included: it fixes
     add() (a no-op failure once fixed) and writes a fresh notes file."""
     note = "import pathlib, uuid\npathlib.Path('NOTES.txt').write_text(str(uuid.uuid4()))"

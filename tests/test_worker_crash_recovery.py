@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from runs import demo
@@ -24,7 +22,7 @@ def slow_fix_script() -> dict:
         "tool_calls": [
             {
                 "name": "run_command",
-                "arguments": {"command": f"{sys.executable} -c \"__import__('time').sleep(4)\""},
+                "arguments": {"command": "python3 -c \"__import__('time').sleep(4)\""},
             }
         ],
     }

@@ -1,18 +1,22 @@
-"""Sandboxes: a private working copy per run and a guarded way to run commands in it.
+"""Sandboxes: a private working copy per run attempt and a contained way to run commands.
 
-The backend is an interface (``Sandbox``) so a container backend can replace the local
-one; the rest of the agent only sees ``path``, ``run`` and ``remove``. Files of the working
-copy are read and written through ``runs.agent.safefs``, never by resolving paths.
+Commands run through a backend (``runs.agent.backends``, chosen by ``SANDBOX_BACKEND``;
+bubblewrap by default). This module supervises them the same way for every backend:
+wall clock, cancellation, output cap, the working copy's size (watched while the
+command runs and checked after it), and a kill of the whole tree on any way out of
+``run`` (a timeout, a cancellation, a lost lease, a soft time limit raised into the
+worker). Files of the working copy are read and written through ``runs.agent.safefs``;
+the platform's own git never runs in the working copy (``runs.agent.platform_git``).
+
+Each lease attempt of a run works in its own directory (``run-<id>-<attempt>``), so a
+command left over from an older attempt can never write into the current one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import resource
 import shutil
-import signal
-import subprocess
+import stat
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -21,9 +25,13 @@ from pathlib import Path
 
 from django.conf import settings
 
-# The only host variables a sandboxed command sees. Tokens, keys and database URLs of
-# the platform never reach the repository's code.
-ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "TZ", "TERM")
+from runs.agent.backends import CommandSpec, Limits, SandboxBackend, backend_get
+
+# Host variables a command may inherit from the worker: locale only. Tokens, keys and
+# database URLs of the platform never reach the repository's code.
+ENV_ALLOWLIST = ("LANG", "LC_ALL", "TZ")
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+WATCH_INTERVAL_SECONDS = 1.0
 
 
 class SandboxError(Exception):
@@ -32,6 +40,10 @@ class SandboxError(Exception):
 
 class CommandCancelled(SandboxError):
     pass
+
+
+class WorkspaceTooLarge(SandboxError):
+    """A command made the working copy larger than SANDBOX_WORKSPACE_BYTES."""
 
 
 @dataclass
@@ -48,19 +60,18 @@ class CommandResult:
         return self.exit_code == 0 and not self.timed_out
 
 
-@dataclass
-class ResourceLimits:
-    cpu_seconds: int
-    memory_bytes: int
-    file_size_bytes: int
+ResourceLimits = Limits
 
-    @classmethod
-    def from_settings(cls) -> ResourceLimits:
-        return cls(
-            cpu_seconds=settings.SANDBOX_CPU_SECONDS,
-            memory_bytes=settings.SANDBOX_MEMORY_BYTES,
-            file_size_bytes=settings.SANDBOX_FILE_SIZE_BYTES,
-        )
+
+def limits_from_settings() -> Limits:
+    return Limits(
+        cpu_seconds=settings.SANDBOX_CPU_SECONDS,
+        memory_bytes=settings.SANDBOX_MEMORY_BYTES,
+        file_size_bytes=settings.SANDBOX_FILE_SIZE_BYTES,
+        processes=settings.SANDBOX_PROCESSES,
+        workspace_bytes=settings.SANDBOX_WORKSPACE_BYTES,
+        tmp_bytes=settings.SANDBOX_TMP_BYTES,
+    )
 
 
 class Sandbox(ABC):
@@ -84,33 +95,51 @@ class Sandbox(ABC):
         *,
         timeout: float | None = None,
         should_stop: Callable[[], bool] | None = None,
+        network: bool = False,
     ) -> CommandResult: ...
 
 
-def _git_env() -> dict[str, str]:
-    env = {key: os.environ[key] for key in ENV_ALLOWLIST if key in os.environ}
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env.update(
-        {
-            "HOME": str(settings.SANDBOX_ROOT),
-            "GIT_TERMINAL_PROMPT": "0",
-            "GIT_AUTHOR_NAME": "agentplatform",
-            "GIT_AUTHOR_EMAIL": "agent@agentplatform.invalid",
-            "GIT_COMMITTER_NAME": "agentplatform",
-            "GIT_COMMITTER_EMAIL": "agent@agentplatform.invalid",
-            "PYTHONDONTWRITEBYTECODE": "1",
-        }
-    )
-    return env
+def tree_bytes(root: Path, *, stop_above: int | None = None) -> int:
+    """Bytes a directory tree occupies (allocated or apparent, whichever is larger);
+    links are not followed. Stops counting once ``stop_above`` is passed."""
+    total = 0
+    pending = [str(root)]
+    while pending:
+        directory = pending.pop()
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += max(info.st_size, info.st_blocks * 512)
+                    if stat.S_ISDIR(info.st_mode):
+                        pending.append(entry.path)
+                    if stop_above is not None and total > stop_above:
+                        return total
+        except OSError:
+            continue
+    return total
 
 
 class LocalSandbox(Sandbox):
-    """A directory under SANDBOX_ROOT; commands run as child processes with rlimits."""
+    """A directory under SANDBOX_ROOT; commands run through the configured backend."""
 
-    def __init__(self, name: str, limits: ResourceLimits | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        limits: Limits | None = None,
+        backend: SandboxBackend | None = None,
+    ) -> None:
         self.root = Path(settings.SANDBOX_ROOT)
         self.path = self.root / name
-        self.limits = limits or ResourceLimits.from_settings()
+        self.limits = limits or limits_from_settings()
+        self.backend = backend or backend_get()
+        # Working-copy-relative path -> host directory mounted read-only (setup cache).
+        self.readonly_mounts: dict[str, Path] = {}
+        # The platform-owned repository the working copy was made from (platform_git).
+        self.git_dir: Path | None = None
 
     def exists(self) -> bool:
         return self.path.is_dir()
@@ -123,16 +152,32 @@ class LocalSandbox(Sandbox):
         if self.path.exists():
             shutil.rmtree(self.path, ignore_errors=True)
 
-    def environment(self) -> dict[str, str]:
-        env = _git_env()
-        env["HOME"] = str(self.path)
-        return env
+    @property
+    def inside(self) -> str:
+        """The working copy's path as commands see it."""
+        return self.backend.workdir_inside or str(self.path)
 
-    def _limit(self) -> None:
-        # Runs in the child between fork and exec.
-        resource.setrlimit(resource.RLIMIT_CPU, (self.limits.cpu_seconds,) * 2)
-        resource.setrlimit(resource.RLIMIT_AS, (self.limits.memory_bytes,) * 2)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (self.limits.file_size_bytes,) * 2)
+    def environment(self) -> dict[str, str]:
+        """The command's whole environment: locale, a PATH, identity; no host secret."""
+        env = {key: os.environ[key] for key in ENV_ALLOWLIST if key in os.environ}
+        env.setdefault("LANG", "C.UTF-8")
+        system_path = SYSTEM_PATH if self.backend.contains else os.environ.get("PATH", "")
+        env.update(
+            {
+                # The repository's own environment first (see the setup phase).
+                "PATH": f"{self.inside}/.venv/bin:{system_path or SYSTEM_PATH}",
+                # Caches tools write under HOME land in the private /tmp, not the patch.
+                "HOME": "/tmp" if self.backend.contains else str(self.path),  # noqa: S108
+                "TERM": "dumb",
+                "GIT_TERMINAL_PROMPT": "0",
+                "GIT_AUTHOR_NAME": "agentplatform",
+                "GIT_AUTHOR_EMAIL": "agent@agentplatform.invalid",
+                "GIT_COMMITTER_NAME": "agentplatform",
+                "GIT_COMMITTER_EMAIL": "agent@agentplatform.invalid",
+                "PYTHONDONTWRITEBYTECODE": "1",
+            }
+        )
+        return env
 
     def run(
         self,
@@ -140,43 +185,54 @@ class LocalSandbox(Sandbox):
         *,
         timeout: float | None = None,
         should_stop: Callable[[], bool] | None = None,
+        network: bool = False,
     ) -> CommandResult:
-        """Run a command in the working copy; kill its whole process group on timeout
-        or when ``should_stop`` says so (cancellation)."""
+        """Run a command in the working copy; the whole tree is killed on timeout, on
+        ``should_stop`` (cancellation, lost lease) and on any exception raised into the
+        waiting worker. Raises WorkspaceTooLarge when the working copy outgrew its limit,
+        during or after the command."""
         timeout = timeout if timeout is not None else settings.COMMAND_TIMEOUT_SECONDS
         limit = settings.COMMAND_OUTPUT_LIMIT_BYTES
+        spec = CommandSpec(
+            argv=command,
+            workdir=self.path,
+            env=self.environment(),
+            limits=self.limits,
+            network=network,
+            readonly_mounts=dict(self.readonly_mounts),
+        )
         started = time.monotonic()
         log_path = self.root / f".{self.path.name}.out"
         self.root.mkdir(parents=True, exist_ok=True)
+        timed_out = cancelled = too_large = False
         with open(log_path, "w+b") as log:
-            process = subprocess.Popen(
-                command,
-                shell=isinstance(command, str),
-                cwd=self.path,
-                env=self.environment(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=self._limit,
-            )
-            timed_out = cancelled = False
-            while True:
-                try:
-                    process.wait(timeout=0.2)
-                    break
-                except subprocess.TimeoutExpired:
-                    if time.monotonic() - started > timeout:
+            process = self.backend.start(spec, log)
+            try:
+                next_watch = started + WATCH_INTERVAL_SECONDS
+                while process.poll() is None:
+                    time.sleep(0.05)
+                    now = time.monotonic()
+                    if now - started > timeout:
                         timed_out = True
                     elif should_stop is not None and should_stop():
                         cancelled = True
-                    else:
-                        continue
-                    _kill_group(process)
-                    break
+                    elif now >= next_watch:
+                        next_watch = now + WATCH_INTERVAL_SECONDS
+                        too_large = self._too_large()
+                    if timed_out or cancelled or too_large:
+                        break
+            finally:
+                # Reached on every way out, including SoftTimeLimitExceeded and
+                # KeyboardInterrupt raised while waiting: nothing may outlive the call.
+                self.backend.kill(process)
             log.seek(0)
             raw = log.read(limit + 1)
         log_path.unlink(missing_ok=True)
+        if too_large or self._too_large():
+            raise WorkspaceTooLarge(
+                f"the working copy exceeded {self.limits.workspace_bytes} bytes; "
+                "the command was stopped"
+            )
         truncated = len(raw) > limit
         output = raw[:limit].decode("utf-8", errors="replace")
         if truncated:
@@ -192,47 +248,39 @@ class LocalSandbox(Sandbox):
             truncated=truncated,
         )
 
-    def git(self, *args: str, timeout: float = 120) -> CommandResult:
-        """A git command of the platform's own (diff, reset, commit) in the working copy.
-
-        These run often, so they skip the resource-limit hook that makes every spawn a
-        full fork; hooks and fsmonitor programs the agent may have configured are
-        switched off, so no repository code runs here.
-        """
-        started = time.monotonic()
-        argv = ["git", "-c", f"core.hooksPath={os.devnull}", "-c", "core.fsmonitor=false", *args]
-        try:
-            completed = subprocess.run(
-                argv,
-                cwd=self.path,
-                env=self.environment(),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                timeout=timeout,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            output = (exc.output or b"").decode("utf-8", errors="replace")
-            return CommandResult(
-                argv, None, output, int((time.monotonic() - started) * 1000), timed_out=True
-            )
-        return CommandResult(
-            argv,
-            completed.returncode,
-            completed.stdout.decode("utf-8", errors="replace"),
-            int((time.monotonic() - started) * 1000),
-        )
+    def _too_large(self) -> bool:
+        cap = self.limits.workspace_bytes
+        return tree_bytes(self.path, stop_above=cap) > cap
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+def sandbox_for_run(run_id: object, attempt: int) -> LocalSandbox:
+    """The working copy of one lease attempt of a run."""
+    return LocalSandbox(f"run-{run_id}-{attempt}")
 
 
-def sandbox_for_run(run_id: object) -> LocalSandbox:
-    return LocalSandbox(f"run-{run_id}")
+def run_workdirs(run_id: object) -> list[Path]:
+    """Every working copy of the run on this host, of any attempt."""
+    root = Path(settings.SANDBOX_ROOT)
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.glob(f"run-{run_id}-*") if p.is_dir())
+
+
+def run_workdirs_remove(run_id: object, *, keep: Path | None = None) -> None:
+    """Remove the run's working copies (but ``keep``) and, with none kept, its platform
+    repository."""
+    for path in run_workdirs(run_id):
+        if path != keep:
+            shutil.rmtree(path, ignore_errors=True)
+    if keep is None:
+        from runs.agent.platform_git import platform_repository_path
+
+        shutil.rmtree(platform_repository_path(run_id), ignore_errors=True)
+
+
+def _run_id_of(name: str) -> str:
+    # run-<36-character uuid>-<attempt>
+    return name[len("run-") : len("run-") + 36]
 
 
 def sandbox_orphans_sweep(*, active_run_ids: set[str], min_age_seconds: float = 3600) -> list[str]:
@@ -242,15 +290,22 @@ def sandbox_orphans_sweep(*, active_run_ids: set[str], min_age_seconds: float = 
     machine that died before cleaning up, or moved to another worker). Scratch
     directories and command logs belong to steps in flight, so only old ones go.
     """
-    root = Path(settings.SANDBOX_ROOT)
+    from runs.agent.platform_git import platform_repository_root
+
     removed: list[str] = []
+    now = time.time()
+    git_root = platform_repository_root()
+    if git_root.is_dir():
+        for entry in git_root.iterdir():
+            if entry.name.startswith("run-") and _run_id_of(entry.name) not in active_run_ids:
+                shutil.rmtree(entry, ignore_errors=True)
+    root = Path(settings.SANDBOX_ROOT)
     if not root.is_dir():
         return removed
-    now = time.time()
     for entry in root.iterdir():
         name = entry.name
         if entry.is_dir() and name.startswith("run-"):
-            if name.removeprefix("run-") in active_run_ids:
+            if _run_id_of(name) in active_run_ids:
                 continue
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(name)

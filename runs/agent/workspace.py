@@ -1,117 +1,90 @@
-"""The run's working copy: created from the repository, restored after a crash or a move
-to another worker from the base commit plus the checkpointed diff."""
+"""The run's working copy: a fresh directory per lease attempt, filled by the platform's
+own git from its repository (the base commit plus the checkpointed diff).
+
+Nothing here trusts the working copy: it is created by the platform, its diff is
+computed in the platform repository from its file contents (``platform_git``), and a
+new attempt never reuses a directory an older attempt's commands could still write.
+"""
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
+from pathlib import Path
 
-from runs.agent.sandbox import LocalSandbox, SandboxError, sandbox_for_run
+from runs.agent import platform_git
+from runs.agent.platform_git import Diff
+from runs.agent.sandbox import LocalSandbox, run_workdirs_remove, sandbox_for_run
 from runs.models import Run
 
-LOCAL_EXCLUDES = (
-    "__pycache__/",
-    "*.pyc",
-    ".pytest_cache/",
-    ".mypy_cache/",
-    ".ruff_cache/",
-    ".coverage",
-    "node_modules/",
-    ".tox/",
-    ".venv/",
-)
+__all__ = ["Diff", "workspace_clone", "workspace_diff", "workspace_ensure", "workspace_restore"]
 
 
-@dataclass
-class Diff:
-    text: str
-    files: list[str]
-    added: int
-    removed: int
+def platform_repository(run: Run) -> Path:
+    """The run's platform-owned repository on this host, fetched from the origin once."""
+    from runs.gitproviders import git_provider_for
 
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
-
-
-def _checked(sandbox: LocalSandbox, *args: str) -> str:
-    result = sandbox.git(*args)
-    if not result.ok:
-        raise SandboxError(f"git {' '.join(args)} failed: {result.output.strip()[:500]}")
-    return result.output
-
-
-def workspace_clone(*, run: Run, ref: str) -> tuple[LocalSandbox, str]:
-    """A fresh clone of the run's repository at ``ref``; returns it and the commit sha."""
-    sandbox = sandbox_for_run(run.id)
-    sandbox.create()
     repository = run.task.repository
-    result = sandbox.run(
-        ["git", "clone", "--quiet", "--no-hardlinks", repository.clone_url, "."], timeout=300
+    provider = git_provider_for(repository.provider)
+    config, secret = provider.git_credentials(repository)
+    return platform_git.repository_fetch(
+        url=repository.clone_url,
+        dest=platform_git.platform_repository_path(run.id),
+        config=config,
+        secret=secret,
     )
-    if not result.ok:
+
+
+def _fresh(run: Run, attempt: int, git_dir: Path) -> LocalSandbox:
+    sandbox = sandbox_for_run(run.id, attempt)
+    sandbox.git_dir = git_dir
+    # Older attempts' directories go: whatever still runs there writes into nothing
+    # this attempt reads.
+    run_workdirs_remove(run.id, keep=sandbox.path)
+    sandbox.create()
+    return sandbox
+
+
+def workspace_clone(*, run: Run, ref: str, attempt: int) -> tuple[LocalSandbox, str]:
+    """A fresh working copy of the run's repository at ``ref``; it and the commit sha."""
+    git_dir = platform_repository(run)
+    sha = platform_git.commit_resolve(git_dir, ref)
+    sandbox = _fresh(run, attempt, git_dir)
+    try:
+        platform_git.worktree_create(git_dir=git_dir, workdir=sandbox.path, commit=sha)
+    except BaseException:
         sandbox.remove()
-        raise SandboxError(f"clone of {repository.name} failed: {result.output.strip()[:500]}")
-    _checked(sandbox, "checkout", "--quiet", "--detach", ref)
-    sha = _checked(sandbox, "rev-parse", "HEAD").strip()
-    # Caches that running tests leave behind are not part of the patch.
-    exclude = sandbox.path / ".git" / "info" / "exclude"
-    exclude.parent.mkdir(parents=True, exist_ok=True)
-    with exclude.open("a", encoding="utf-8") as handle:
-        handle.write("\n".join(LOCAL_EXCLUDES) + "\n")
+        raise
     return sandbox, sha
 
 
-def _apply(sandbox: LocalSandbox, diff: str) -> None:
-    patch_file = sandbox.root / f".{sandbox.path.name}.patch"
-    patch_file.write_text(diff, encoding="utf-8")
-    try:
-        _checked(sandbox, "apply", "--binary", "--whitespace=nowarn", str(patch_file))
-    finally:
-        patch_file.unlink(missing_ok=True)
-
-
-def workspace_ensure(*, run: Run, diff: str | None = None) -> LocalSandbox:
-    """The run's working copy, rebuilt from the base commit and ``diff`` if it is missing."""
-    sandbox = sandbox_for_run(run.id)
+def workspace_ensure(*, run: Run, attempt: int, diff: str | None = None) -> LocalSandbox:
+    """This attempt's working copy: the base commit plus ``diff``, made if missing."""
+    git_dir = platform_repository(run)
+    sandbox = sandbox_for_run(run.id, attempt)
+    sandbox.git_dir = git_dir
     if sandbox.exists() and (sandbox.path / ".git").exists():
         return sandbox
-    sandbox, _ = workspace_clone(run=run, ref=run.base_commit)
-    if diff:
-        _apply(sandbox, diff)
+    sandbox = _fresh(run, attempt, git_dir)
+    try:
+        platform_git.worktree_create(
+            git_dir=git_dir, workdir=sandbox.path, commit=run.base_commit, diff=diff or ""
+        )
+    except BaseException:
+        sandbox.remove()
+        raise
     return sandbox
 
 
-def workspace_restore(*, run: Run, diff: str | None) -> LocalSandbox:
-    """The run's working copy exactly as checkpointed: base commit plus ``diff``.
-
-    A step that re-executes after a crash finds whatever the dead attempt left half
-    done; resetting to the checkpoint makes the replay start from the state its
-    checkpointed conversation describes. Ignored files (installed dependencies, caches)
-    are kept: they are not part of the patch.
-    """
-    sandbox = sandbox_for_run(run.id)
-    if not (sandbox.exists() and (sandbox.path / ".git").exists()):
-        return workspace_ensure(run=run, diff=diff)
-    _checked(sandbox, "reset", "--quiet", "--hard", run.base_commit)
-    _checked(sandbox, "clean", "--quiet", "-fd")
-    if diff:
-        _apply(sandbox, diff)
-    return sandbox
+# Each lease attempt starts from a new directory built from the checkpoint, so the
+# working copy an attempt sees is always exactly the checkpointed state.
+workspace_restore = workspace_ensure
 
 
 def workspace_diff(sandbox: LocalSandbox, base_commit: str) -> Diff:
-    """Everything changed since the base commit, new files included."""
-    _checked(sandbox, "add", "--all")
-    text = _checked(sandbox, "diff", "--cached", "--binary", base_commit)
-    stat = _checked(sandbox, "diff", "--cached", "--numstat", base_commit)
-    files: list[str] = []
-    added = removed = 0
-    for line in stat.splitlines():
-        parts = line.split("\t")
-        if len(parts) != 3:
-            continue
-        files.append(parts[2])
-        added += int(parts[0]) if parts[0].isdigit() else 0
-        removed += int(parts[1]) if parts[1].isdigit() else 0
-    return Diff(text=text, files=files, added=added, removed=removed)
+    """Everything changed since the base commit, new files included, as the platform
+    computes it from the working copy's file contents."""
+    if sandbox.git_dir is None:
+        raise platform_git.PlatformGitError("the working copy has no platform repository")
+    _, diff = platform_git.tree_build(
+        git_dir=sandbox.git_dir, workdir=sandbox.path, base=base_commit
+    )
+    return diff

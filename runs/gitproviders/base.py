@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 
-from runs.agent.sandbox import LocalSandbox, SandboxError
+from runs.agent import platform_git
 from runs.models import Repository
 
 
@@ -25,26 +26,37 @@ class PullRequestInfo:
     created: bool
 
 
-def branch_commit(*, sandbox: LocalSandbox, branch: str, message: str) -> str:
-    """Commit the working copy on ``branch``; returns the commit sha. Repeatable."""
-    for args in (("checkout", "-B", branch), ("add", "--all")):
-        result = sandbox.git(*args)
-        if not result.ok:
-            raise SandboxError(f"git {' '.join(args)} failed: {result.output[:500]}")
-    staged = sandbox.git("diff", "--cached", "--quiet")
-    if staged.exit_code == 1:
-        result = sandbox.git("commit", "--quiet", "-m", message)
-        if not result.ok:
-            raise SandboxError(f"git commit failed: {result.output[:500]}")
-    return sandbox.git("rev-parse", "HEAD").output.strip()
-
-
 class GitProvider(ABC):
     name: str
 
-    @abstractmethod
-    def branch_push(self, *, repository: Repository, sandbox: LocalSandbox, branch: str) -> None:
-        """Push the sandbox's HEAD to ``branch`` of the repository's remote."""
+    def git_credentials(self, repository: Repository) -> tuple[dict[str, str], str]:
+        """Git config that authenticates clone and push (e.g. an ``http.extraHeader``)
+        and the secret in it, to redact from errors. Given only to the platform's own
+        git processes, never to a sandbox or a file."""
+        return {}, ""
+
+    def branch_push(
+        self, *, repository: Repository, git_dir: Path, commit: str, branch: str
+    ) -> None:
+        """Force ``commit`` of the platform repository onto ``branch`` of the remote.
+
+        The branch belongs to the task: a repeated push after a crash may carry a re-made
+        commit, so it is forced.
+        """
+        config, secret = self.git_credentials(repository)
+        try:
+            platform_git.commit_push(
+                git_dir=git_dir,
+                url=repository.clone_url,
+                commit=commit,
+                branch=branch,
+                config=config,
+                secret=secret,
+            )
+        except platform_git.PlatformGitError as exc:
+            raise GitProviderError(
+                f"push to {repository.name} failed: {exc}", retryable=True
+            ) from exc
 
     @abstractmethod
     def pull_request_ensure(

@@ -5,31 +5,24 @@ one is created, and a "pull request already exists" refusal (HTTP 422) is answer
 looking it up again, so a crash between GitHub creating the PR and our database
 recording it ends with the existing PR reconciled, never a second one.
 
-The token never reaches the sandbox. The branch is pushed from a scratch repository the
-platform owns: objects are fetched out of the working copy (whose git configuration
-the agent could have changed, e.g. an ``insteadOf`` rewrite or a hook path) and pushed
-from the scratch repository with the credential passed to that one git process through
-its environment, so it appears in no command line, no remote URL and no file.
+The token never reaches the sandbox: clone and push run from the platform's own
+repository (``runs.agent.platform_git``), with the credential passed to those git
+processes as configuration in their environment, so it appears in no command line, no
+remote URL and no file.
 """
 
 from __future__ import annotations
 
 import base64
-import os
 import random
 import re
-import shutil
-import subprocess
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import httpx
 from django.conf import settings
 
-from runs.agent.sandbox import LocalSandbox
 from runs.gitproviders.base import GitProvider, GitProviderError, PullRequestInfo
 from runs.models import Repository
 
@@ -50,85 +43,6 @@ def github_slug(repository: Repository) -> tuple[str, str]:
     return match.group(1), match.group(2)
 
 
-def _git_env(extra_config: dict[str, str]) -> dict[str, str]:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "HOME": tempfile.gettempdir(),
-        "GIT_CONFIG_COUNT": str(len(extra_config)),
-    }
-    for index, (key, value) in enumerate(extra_config.items()):
-        env[f"GIT_CONFIG_KEY_{index}"] = key
-        env[f"GIT_CONFIG_VALUE_{index}"] = value
-    return env
-
-
-def branch_push_isolated(
-    *, sandbox: LocalSandbox, url: str, branch: str, token: str = "", timeout: float = 300
-) -> None:
-    """Push the sandbox's HEAD to ``branch`` at ``url`` from a platform-owned repository."""
-    root = Path(settings.SANDBOX_ROOT)
-    root.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="push-", dir=root))
-    config = {"core.hooksPath": os.devnull}
-    try:
-        steps: list[tuple[list[str], dict[str, str]]] = [
-            (["git", "init", "--quiet", "--bare", str(scratch)], {}),
-            (
-                [
-                    "git",
-                    "-C",
-                    str(scratch),
-                    "fetch",
-                    "--quiet",
-                    "--no-tags",
-                    str(sandbox.path.resolve()),
-                    f"+HEAD:refs/heads/{branch}",
-                ],
-                {},
-            ),
-        ]
-        push_config = dict(config)
-        if token:
-            basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-            push_config["http.extraHeader"] = f"Authorization: Basic {basic}"
-        steps.append(
-            (
-                [
-                    "git",
-                    "-C",
-                    str(scratch),
-                    "push",
-                    "--quiet",
-                    "--force",
-                    url,
-                    f"refs/heads/{branch}:refs/heads/{branch}",
-                ],
-                push_config,
-            )
-        )
-        for argv, extra in steps:
-            try:
-                result = subprocess.run(
-                    argv,
-                    env=_git_env({**config, **extra}),
-                    capture_output=True,
-                    timeout=timeout,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired as exc:
-                raise GitProviderError(f"{argv[3]} timed out", retryable=True) from exc
-            if result.returncode != 0:
-                message = result.stderr.decode("utf-8", "replace").strip()
-                if token:
-                    message = message.replace(token, "[REDACTED]")
-                raise GitProviderError(f"git {argv[3]} failed: {message[:500]}", retryable=True)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
 class GitHubProvider(GitProvider):
     name = "github"
 
@@ -141,10 +55,11 @@ class GitHubProvider(GitProvider):
 
     # --- git -------------------------------------------------------------------------
 
-    def branch_push(self, *, repository: Repository, sandbox: LocalSandbox, branch: str) -> None:
-        branch_push_isolated(
-            sandbox=sandbox, url=repository.clone_url, branch=branch, token=self.token
-        )
+    def git_credentials(self, repository: Repository) -> tuple[dict[str, str], str]:
+        if not self.token:
+            return {}, ""
+        basic = base64.b64encode(f"x-access-token:{self.token}".encode()).decode()
+        return {"http.extraHeader": f"Authorization: Basic {basic}"}, basic
 
     # --- REST ------------------------------------------------------------------------
 

@@ -3,22 +3,12 @@ repository on disk) and records the pull request in the database only."""
 
 from __future__ import annotations
 
-from runs.agent.sandbox import LocalSandbox, SandboxError
 from runs.gitproviders.base import GitProvider, PullRequestInfo
 from runs.models import PullRequest, Repository
 
 
 class LocalGitProvider(GitProvider):
     name = "local"
-
-    def branch_push(self, *, repository: Repository, sandbox: LocalSandbox, branch: str) -> None:
-        # The branch belongs to the task: a repeated push after a crash may carry a
-        # re-made commit, so it is forced.
-        result = sandbox.git(
-            "push", "--quiet", "--force", repository.clone_url, f"HEAD:refs/heads/{branch}"
-        )
-        if not result.ok:
-            raise SandboxError(f"push to {repository.name} failed: {result.output[:500]}")
 
     def pull_request_ensure(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from runs.agent.platform_git import diff_sha256
 from runs.engine import Outcome, StepContext
 from runs.models import Approval, Patch
 from runs.steps.common import S
@@ -17,9 +18,15 @@ def step_awaiting_approval(ctx: StepContext) -> Outcome:
     if approval.status == Approval.Status.EXPIRED:
         return Outcome(to=S.FAILED, reason="approval_expired")
     if approval.status == Approval.Status.APPROVED:
+        # The approval covers one exact diff: the one about to be pushed (the
+        # checkpoint's), under the patch it was requested for. Anything else voids it.
         patch = Patch.objects.get(pk=ctx.checkpoint["patch_id"])
-        if patch.diff_sha256 != approval.patch_sha256:
-            # The patch changed after it was approved: the approval does not cover it.
+        pending_diff = diff_sha256(ctx.checkpoint.get("diff") or "")
+        if (
+            approval.patch_id != patch.id
+            or approval.patch_sha256 != patch.diff_sha256
+            or approval.patch_sha256 != pending_diff
+        ):
             approval.status = Approval.Status.VOID
             approval_pk = approval.pk
 

@@ -17,7 +17,9 @@ S = Run.Status
 
 def _sandbox(ctx: StepContext) -> Any:
     try:
-        return workspace_ensure(run=ctx.run, diff=ctx.checkpoint.get("diff"))
+        return workspace_ensure(
+            run=ctx.run, attempt=ctx.lease.attempt, diff=ctx.checkpoint.get("diff")
+        )
     except SandboxError as exc:
         raise StepFailed("sandbox_error", str(exc)) from exc
 
@@ -25,7 +27,9 @@ def _sandbox(ctx: StepContext) -> Any:
 def _restore(ctx: StepContext) -> LocalSandbox:
     """The working copy exactly as the checkpoint describes it (see workspace_restore)."""
     try:
-        return workspace_restore(run=ctx.run, diff=ctx.checkpoint.get("diff"))
+        return workspace_restore(
+            run=ctx.run, attempt=ctx.lease.attempt, diff=ctx.checkpoint.get("diff")
+        )
     except SandboxError as exc:
         raise StepFailed("sandbox_error", str(exc)) from exc
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from runs.agent.artifacts import redact
+from runs.agent.platform_git import patch_commit
 from runs.agent.sandbox import SandboxError
+from runs.agent.workspace import platform_repository
 from runs.engine import (
     Outcome,
     StepContext,
@@ -11,13 +13,43 @@ from runs.engine import (
     TransientStepError,
 )
 from runs.gitproviders import git_provider_for
-from runs.gitproviders.base import GitProviderError, branch_commit
-from runs.models import Patch, PullRequest
-from runs.steps.common import S, _restore
+from runs.gitproviders.base import GitProviderError
+from runs.models import Approval, Patch, PullRequest
+from runs.steps.common import S
+
+
+def _patch_match(ctx: StepContext, patch: Patch, pushed_sha256: str, branch: str) -> None:
+    """Refuse to push anything but the verified patch and, where one was needed, the
+    approved one."""
+    expected = {patch.diff_sha256}
+    approval = (
+        Approval.objects.filter(run=ctx.run, status=Approval.Status.APPROVED)
+        .order_by("-requested_at")
+        .first()
+    )
+    if approval is not None:
+        expected.add(approval.patch_sha256)
+    if expected == {pushed_sha256}:
+        return
+    detail = (
+        f"the commit's diff (sha256 {pushed_sha256[:12]}) differs from the verified "
+        f"patch ({patch.diff_sha256[:12]})"
+        + (f" or its approval ({approval.patch_sha256[:12]})" if approval else "")
+    )
+    ctx.emit(
+        "agent.pr.creation.failed",
+        {"branch": branch, "error": f"patch_mismatch: {detail}", "reason": "patch_mismatch"},
+    )
+    raise StepFailed("patch_mismatch", detail)
 
 
 def step_creating_pr(ctx: StepContext) -> Outcome:
     """Commit, push and open (or update) the task's single pull request.
+
+    The commit is built in the platform's own repository from the checkpointed diff,
+    never from the working copy's ``.git``, and its diff is computed again from the
+    commit: if that differs by one byte from the patch that was verified, judged and
+    (where required) approved, nothing is pushed and the run fails (``patch_mismatch``).
 
     Each part of the saga repeats safely: the commit is remade from the checkpointed
     patch, the push is forced onto the task's own branch, the provider looks the PR up by
@@ -30,7 +62,6 @@ def step_creating_pr(ctx: StepContext) -> Outcome:
         return Outcome(to=S.COMPLETED)
     repository = ctx.repository
     provider = git_provider_for(repository.provider)
-    sandbox = _restore(ctx)
     branch = ctx.run.branch
     base_branch = ctx.task.target_branch or repository.default_branch
     title = f"agent: {ctx.task.instruction.splitlines()[0][:80]}"
@@ -46,8 +77,15 @@ def step_creating_pr(ctx: StepContext) -> Outcome:
     )
     ctx.check_cancelled()
     try:
-        head_sha = branch_commit(sandbox=sandbox, branch=branch, message=title)
-        provider.branch_push(repository=repository, sandbox=sandbox, branch=branch)
+        git_dir = platform_repository(ctx.run)
+        head_sha, pushed = patch_commit(
+            git_dir=git_dir,
+            base=ctx.run.base_commit,
+            diff=ctx.checkpoint.get("diff") or "",
+            message=title,
+        )
+        _patch_match(ctx, patch, pushed.sha256, branch)
+        provider.branch_push(repository=repository, git_dir=git_dir, commit=head_sha, branch=branch)
         info = provider.pull_request_ensure(
             repository=repository,
             branch=branch,

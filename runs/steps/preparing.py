@@ -23,7 +23,7 @@ def step_preparing(ctx: StepContext) -> Outcome:
     start_ref = f"origin/{branch}" if pr else f"origin/{ref}"
     ctx.check_cancelled()
     try:
-        sandbox, sha = workspace_clone(run=ctx.run, ref=start_ref)
+        sandbox, sha = workspace_clone(run=ctx.run, ref=start_ref, attempt=ctx.lease.attempt)
     except SandboxError as exc:
         raise StepFailed("clone_failed", str(exc)) from exc
     ctx.checkpoint.update({"diff": "", "attempt_no": 1, "act_turns": 0, "messages": []})

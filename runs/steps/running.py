@@ -13,7 +13,7 @@ from runs.agent.artifacts import artifact_create, redact
 from runs.agent.budget import budget_enforce
 from runs.agent.context import clip, context_budget, context_condense, messages_tokens
 from runs.agent.profiles import ModelProfile
-from runs.agent.sandbox import CommandCancelled, LocalSandbox
+from runs.agent.sandbox import CommandCancelled, LocalSandbox, WorkspaceTooLarge
 from runs.agent.tools import TOOL_SCHEMAS, Toolbox, ToolDenied, ToolPolicy, tool_call_problem
 from runs.agent.turns import profile_for, turn_obtain
 from runs.agent.workspace import workspace_diff
@@ -116,6 +116,17 @@ def _tool_call_run(
             )
             ctx.emit("agent.tool.call.failed", {**base, "error": "stopped: run cancelled"})
         raise RunCancelled() from exc
+    except WorkspaceTooLarge as exc:
+        # The command was killed; a working copy over its limit is not checkpointed.
+        with ctx.fenced():
+            ToolCall.objects.filter(**keys).update(
+                status=ToolCall.Status.FAILED,
+                error=str(exc),
+                duration_ms=int((time.monotonic() - started) * 1000),
+                finished_at=timezone.now(),
+            )
+            ctx.emit("agent.tool.call.failed", {**base, "error": str(exc)})
+        raise StepFailed("workspace_too_large", str(exc)) from exc
     duration_ms = int((time.monotonic() - started) * 1000)
     report = existing is None or existing.status == ToolCall.Status.STARTED
     with ctx.fenced():

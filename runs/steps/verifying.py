@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.conf import settings
 
 from runs.agent.artifacts import artifact_create, redact
-from runs.agent.sandbox import CommandCancelled
+from runs.agent.sandbox import CommandCancelled, WorkspaceTooLarge
 from runs.agent.verify import verification_classify, verification_summary
-from runs.engine import Outcome, RunCancelled, StepContext
+from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import Patch, VerificationAttempt
 from runs.steps.common import S, _restore, _retry_with_feedback
 
@@ -31,6 +31,8 @@ def step_verifying(ctx: StepContext) -> Outcome:
             )
         except CommandCancelled as exc:
             raise RunCancelled() from exc
+        except WorkspaceTooLarge as exc:
+            raise StepFailed("workspace_too_large", str(exc)) from exc
         outcome = verification_classify(result)
         summary = verification_summary(result.output)
         log = artifact_create(
