@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo serve test chaos lint format migrate clean
+.PHONY: setup demo serve test chaos lint format migrate clean bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ test: setup
 # (README, Reliability). CHAOS_ARGS="--light" for the short subset.
 chaos: setup
 	$(PY) -m tests.chaos $(CHAOS_ARGS)
+
+# Benchmarks against baselines measured in the same run (see README, Performance).
+# BENCH_ARGS="--only wake,steps --reps 5" narrows it; "--tiny" is a seconds-long smoke run.
+bench: setup
+	$(PY) -m bench.run $(BENCH_ARGS)
 
 lint: setup
 	$(PY) -m ruff check .

@@ -71,3 +71,20 @@ def _task_finished(**kwargs: Any) -> None:
 
     tracing.trace_clear()
     structlog.contextvars.clear_contextvars()
+
+
+@signals.task_prerun.connect
+@signals.task_postrun.connect
+def _database_connections_tidy(sender: Any = None, **kwargs: Any) -> None:
+    """Keep the worker's connection across tasks, as a web request keeps it across requests.
+
+    Celery's Django fix-up closes every connection before and after each task unless
+    ``CELERY_DB_REUSE_MAX`` says otherwise (it does: see settings), which would cost a new
+    PostgreSQL connection per task. Django's own rule applies instead: a connection is
+    closed when it is older than ``CONN_MAX_AGE`` or broke (a health check on next use).
+    """
+    if getattr(getattr(sender, "request", None), "is_eager", False):
+        return
+    from django.db import close_old_connections
+
+    close_old_connections()

@@ -125,11 +125,30 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
 elif _database["ENGINE"] == "django.db.backends.postgresql":
-    # Persistent connections: a new PostgreSQL connection costs ~3 ms, which would
-    # dominate short requests and steps.
-    _database["CONN_MAX_AGE"] = _env_value("DATABASE_CONN_MAX_AGE", int, 60)
-    _database["CONN_HEALTH_CHECKS"] = True
+    # A new PostgreSQL connection costs ~3 ms and a backend process, which would dominate
+    # short requests and steps. Workers and WSGI processes keep one persistent connection
+    # per thread. ASGI runs every request in a fresh thread, so a per-thread connection
+    # would be a new (and leaked) connection per request: there a psycopg pool shared by
+    # the process hands connections out instead (the ASGI entry point turns it on).
     _database.setdefault("OPTIONS", {})
+    _database["CONN_HEALTH_CHECKS"] = True
+    DATABASE_POOL = _env_value("DATABASE_POOL", bool, False)
+    if DATABASE_POOL:
+        _database["CONN_MAX_AGE"] = 0
+        _database["OPTIONS"]["pool"] = {
+            "min_size": _env_value("DATABASE_POOL_MIN_SIZE", int, 2),
+            "max_size": _env_value("DATABASE_POOL_MAX_SIZE", int, 8),
+            # A request waits this long for a free connection before failing; a burst
+            # larger than the pool queues instead of opening more connections.
+            "timeout": _env_value("DATABASE_POOL_TIMEOUT", float, 30.0),
+            # Connections above the minimum idle this long are closed.
+            "max_idle": _env_value("DATABASE_POOL_MAX_IDLE", float, 60.0),
+        }
+    else:
+        _database["CONN_MAX_AGE"] = _env_value("DATABASE_CONN_MAX_AGE", int, 600)
+    _application_name = _env_value("DATABASE_APPLICATION_NAME", str, "")
+    if _application_name:
+        _database["OPTIONS"]["application_name"] = _application_name
     _database["TEST"] = {"NAME": _env_value("DATABASE_TEST_NAME", str, None)}
 else:
     raise ImproperlyConfigured(
@@ -184,6 +203,10 @@ CELERY_TASK_CREATE_MISSING_QUEUES = True
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = False
+# Celery's Django fix-up closes the database connection around every task unless it may
+# reuse it this many times; connection age and health are handled per task instead
+# (agentplatform.celery), as Django does per request.
+CELERY_DB_REUSE_MAX = 1_000_000_000
 # django-celery-beat's scheduler, ticking only while it holds the leader lock, so any
 # number of beat processes can run without firing a schedule twice.
 CELERY_BEAT_SCHEDULER = "jobs.beat:LeaderDatabaseScheduler"

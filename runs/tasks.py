@@ -12,6 +12,9 @@ from runs import engine
     name="runs.step",
     base=DurableTask,
     bind=True,
+    # A step's outcome lives in the run row; storing a result would cost a write per
+    # step, and a retry would need the database just to record that it is retrying.
+    ignore_result=True,
     autoretry_for=(Exception,),
     dont_autoretry_for=(engine.StepFailed,),
     retry_backoff=2,

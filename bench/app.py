@@ -1,0 +1,65 @@
+"""The platform's Celery app as the benchmark runs it: no-op step handlers, task counts.
+
+``celery -A bench.app worker`` runs the real step protocol (lease, heartbeat, fenced
+commit, timeline, outbox, dispatch) with handlers that do nothing but move the run to its
+next status, so what is measured is the platform's bookkeeping, not git or a model.
+Every task started is counted in the Redis hash ``bench:tasks`` (by task name).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any
+
+from celery import signals
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+
+from agentplatform.celery import app
+
+__all__ = ["app"]
+
+_redis: Any = None
+
+
+def noop_handlers() -> dict[str, Any]:
+    from runs.engine import Outcome
+    from runs.models import Run
+
+    S = Run.Status
+    chain = [
+        S.QUEUED,
+        S.PREPARING,
+        S.CONTEXT_LOADING,
+        S.PLANNING,
+        S.RUNNING,
+        S.VERIFYING,
+        S.JUDGING,
+        S.CREATING_PR,
+        S.COMPLETED,
+    ]
+
+    def make(target: str) -> Any:
+        return lambda ctx: Outcome(to=target)
+
+    return {source: make(target) for source, target in itertools.pairwise(chain)}
+
+
+@signals.worker_process_init.connect
+@signals.worker_init.connect
+def _install(**kwargs: Any) -> None:
+    from runs import engine
+
+    handlers = noop_handlers()
+    engine._handlers = lambda: handlers
+
+
+@signals.task_prerun.connect
+def _count(sender: Any = None, **kwargs: Any) -> None:
+    global _redis
+    if _redis is None:
+        import redis
+
+        _redis = redis.Redis.from_url(os.environ["REDIS_URL"])
+    _redis.hincrby("bench:tasks", getattr(sender, "name", "?"), 1)

@@ -1,0 +1,1214 @@
+"""``make bench``: the platform against its baselines, measured side by side, one table.
+
+Every figure is a ratio against a baseline measured in the same run on the same services
+(PostgreSQL of DATABASE_URL, Redis of REDIS_URL / CELERY_BROKER_URL), because absolute
+figures on a shared machine are noise; each is the median of ``--reps`` repetitions with
+min and max. The benchmark uses its own database (``<DATABASE_URL name>_bench``, dropped
+and re-created) and starts and stops its own worker and web processes.
+
+    .venv/bin/python -m bench.run                 # everything, default sizes
+    .venv/bin/python -m bench.run --only wake,relay --reps 5
+    .venv/bin/python -m bench.run --tiny          # seconds: the smoke test's sizes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse, urlunparse
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+GITHUB_SECRET = "bench-webhook-secret"
+MEASUREMENTS = [
+    "steps",
+    "wake",
+    "relay",
+    "web",
+    "scale",
+    "idle",
+    "e2e",
+    "capacity",
+]
+
+
+# --- figures and the table -----------------------------------------------------------------
+
+
+@dataclass
+class Figure:
+    name: str
+    unit: str
+    values: list[float] = field(default_factory=list)
+    baseline: list[float] = field(default_factory=list)
+    baseline_name: str = ""
+    target: str = ""
+    higher_is_better: bool = True
+
+    def med(self, xs: list[float]) -> float:
+        return statistics.median(xs) if xs else float("nan")
+
+    def row(self) -> list[str]:
+        def fmt(x: float) -> str:
+            if x != x:
+                return "-"
+            if abs(x) >= 100:
+                return f"{x:,.0f}"
+            if abs(x) >= 10:
+                return f"{x:.1f}"
+            return f"{x:.2f}" if abs(x) >= 0.1 or x == 0 else f"{x:.3f}"
+
+        v, b = self.med(self.values), self.med(self.baseline)
+        spread = f"{fmt(min(self.values))}..{fmt(max(self.values))}" if self.values else "-"
+        ratio = "-"
+        if self.baseline and b and v == v:
+            ratio = f"{v / b:.2f}"
+        base = f"{fmt(b)} ({self.baseline_name})" if self.baseline else "-"
+        return [self.name, f"{fmt(v)} {self.unit}", spread, base, ratio, self.target]
+
+
+class Table:
+    def __init__(self) -> None:
+        self.figures: list[Figure] = []
+        self.notes: list[str] = []
+
+    def add(self, figure: Figure) -> Figure:
+        self.figures.append(figure)
+        return figure
+
+    def render(self) -> str:
+        header = ["measurement", "median", "min..max", "baseline (same run)", "ratio", "target"]
+        rows = [header] + [f.row() for f in self.figures]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        lines = [
+            "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"
+            for r in rows
+        ]
+        lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+        return "\n".join(lines + [""] + [f"- {n}" for n in self.notes])
+
+
+def say(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))] if ordered else float("nan")
+
+
+# --- environment -----------------------------------------------------------------------------
+
+
+def bench_environment() -> dict[str, str]:
+    url = urlparse(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/bench"))
+    name = (url.path.lstrip("/") or "bench") + "_bench"
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=urlunparse(url._replace(path="/" + name)),
+        BENCH_DATABASE=name,
+        BENCH_ADMIN_URL=urlunparse(url._replace(path="/postgres")),
+        REDIS_URL=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+        DJANGO_SETTINGS_MODULE="bench.settings",
+        SECRET_KEY=os.environ.get("SECRET_KEY", "bench-secret-key-long-enough-0123456789-abcdef"),
+        GITHUB_WEBHOOK_SECRET=GITHUB_SECRET,
+        API_THROTTLE_USER_RATE="",
+        API_THROTTLE_TOKEN_RATE="",
+        API_THROTTLE_ANON_RATE="",
+        AGENT_MODEL="scripted",
+        LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "INFO"),
+        PYTHONPATH=str(ROOT),
+        AGENTPLATFORM_VAR_DIR=tempfile.mkdtemp(prefix="agentplatform-bench-"),
+    )
+    env.setdefault("CELERY_BROKER_URL", env["REDIS_URL"])
+    return env
+
+
+def database_recreate(env: dict[str, str]) -> None:
+    import psycopg
+
+    with psycopg.connect(env["BENCH_ADMIN_URL"], autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{env["BENCH_DATABASE"]}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{env["BENCH_DATABASE"]}"')
+
+
+class Processes:
+    """Child processes this benchmark started; stopped by their own pid only."""
+
+    def __init__(self, env: dict[str, str], logdir: Path) -> None:
+        self.env = env
+        self.logdir = logdir
+        self.children: list[subprocess.Popen[bytes]] = []
+
+    def start(self, name: str, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
+        log = open(self.logdir / f"{name}.log", "ab")  # noqa: SIM115
+        child = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env={**self.env, **env},
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        self.children.append(child)
+        return child
+
+    def stop(self, child: subprocess.Popen[bytes]) -> None:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGTERM)
+            try:
+                child.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+        if child in self.children:
+            self.children.remove(child)
+
+    def stop_all(self) -> None:
+        for child in list(self.children):
+            self.stop(child)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.02) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU of these processes and their children (from /proc)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    seen: set[int] = set()
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            todo.extend(int(c) for c in children)
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+# --- the benchmark ---------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.reps = args.reps
+        self.table = Table()
+        self.env = bench_environment()
+        self.logdir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
+        self.procs = Processes(self.env, self.logdir)
+        self.tiny = args.tiny
+        os.environ.update(self.env)
+
+    # setup
+
+    def setup(self) -> None:
+        say(f"database {self.env['BENCH_DATABASE']} (re-created); logs in {self.logdir}")
+        database_recreate(self.env)
+        import django
+
+        django.setup()
+        import logging
+
+        # The processes under test log as configured; this one only reports.
+        logging.getLogger().setLevel(logging.WARNING)
+        for name in ("agentplatform", "celery", "django"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "CREATE TABLE IF NOT EXISTS bench_insert "
+                "(id bigserial PRIMARY KEY, body text, created timestamptz DEFAULT now())"
+            )
+        import redis
+
+        self.redis = redis.Redis.from_url(self.env["REDIS_URL"])
+        self.broker = redis.Redis.from_url(self.env["CELERY_BROKER_URL"])
+        self.broker_purge()
+        from runs.models import Repository, Workspace
+
+        self.workspace = Workspace.objects.create(
+            slug="bench", name="bench", max_active_runs=1_000_000
+        )
+        self.repository = Repository.objects.create(
+            workspace=self.workspace,
+            name="bench",
+            clone_url="/dev/null",
+            max_active_runs=1_000_000,
+        )
+
+    def broker_purge(self) -> None:
+        for queue in ("agent", "verify", "events", "webhooks", "rawbench"):
+            self.broker.delete(queue)
+        self.redis.delete("bench:tasks", "bench:raw:done", "bench:raw:latency")
+
+    def teardown(self) -> None:
+        self.procs.stop_all()
+
+    # processes
+
+    def worker(self, concurrency: int, name: str = "worker", beat: bool = False) -> list[Any]:
+        log = self.logdir / f"{name}.log"
+        offset = log.stat().st_size if log.exists() else 0
+        child = self.procs.start(
+            name,
+            [
+                PY,
+                "-m",
+                "celery",
+                "-A",
+                "bench.app",
+                "worker",
+                "-Q",
+                "agent,verify,events,webhooks",
+                "-c",
+                str(concurrency),
+                "--loglevel",
+                "INFO",
+                "-n",
+                f"{name}-{os.getpid()}@%h",
+            ],
+        )
+
+        def ready() -> bool:
+            if child.poll() is not None:
+                raise RuntimeError(f"{name} exited; see {log}")
+            return b" ready." in log.read_bytes()[offset:]
+
+        wait_for(ready, 60, f"{name} ready", every=0.2)
+        started = [child]
+        if beat:
+            started.append(
+                self.procs.start(
+                    f"{name}-beat",
+                    [
+                        PY,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "bench.app",
+                        "beat",
+                        "--loglevel",
+                        "WARNING",
+                        "-s",
+                        str(self.logdir / "beat-schedule"),
+                    ],
+                )
+            )
+        return started
+
+    def raw_worker(self, concurrency: int) -> Any:
+        log = self.logdir / "raw-worker.log"
+        offset = log.stat().st_size if log.exists() else 0
+        child = self.procs.start(
+            "raw-worker",
+            [
+                PY,
+                "-m",
+                "celery",
+                "-A",
+                "bench.rawapp",
+                "worker",
+                "-Q",
+                "rawbench",
+                "-c",
+                str(concurrency),
+                "--loglevel",
+                "INFO",
+                "-n",
+                f"raw-{os.getpid()}@%h",
+            ],
+        )
+        wait_for(lambda: b" ready." in log.read_bytes()[offset:], 60, "raw worker", every=0.2)
+        return child
+
+    def sessions(self) -> int:
+        """Connections ever opened to the bench database (pg_stat_database.sessions)."""
+        import psycopg
+
+        with psycopg.connect(self.env["BENCH_ADMIN_URL"], autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT sessions FROM pg_stat_database WHERE datname = %s",
+                [self.env["BENCH_DATABASE"]],
+            ).fetchone()
+        # This probe's own session is to another database: it is not counted.
+        return int(row[0]) if row else 0
+
+    def tasks_counted(self) -> dict[str, int]:
+        return {k.decode(): int(v) for k, v in self.redis.hgetall("bench:tasks").items()}
+
+    # runs
+
+    def submit(self, n: int) -> list[Any]:
+        from runs.services import task_submit
+
+        return [
+            task_submit(
+                workspace=self.workspace, repository=self.repository, instruction="bench"
+            ).run.id
+            for _ in range(n)
+        ]
+
+    def wait_terminal(self, run_ids: list[Any], timeout: float = 300) -> None:
+        from runs.models import Run
+        from runs.state import TERMINAL
+
+        def done() -> bool:
+            return Run.objects.filter(pk__in=run_ids).exclude(status__in=TERMINAL).count() == 0
+
+        wait_for(done, timeout, f"{len(run_ids)} runs to finish", every=0.05)
+
+    def steps_rep(self, runs: int) -> tuple[float, dict[str, float]]:
+        """Submit ``runs`` runs at once; steps/s until the last finished, and what it cost."""
+        from django.db.models import Max, Sum
+
+        from runs.models import Run
+
+        self.redis.delete("bench:tasks")
+        sessions = self.sessions()
+        started = time.time()
+        ids = self.submit(runs)
+        self.wait_terminal(ids)
+        agg = Run.objects.filter(pk__in=ids).aggregate(
+            steps=Sum("step_no"), last=Max("finished_at")
+        )
+        elapsed = agg["last"].timestamp() - started
+        statuses = set(Run.objects.filter(pk__in=ids).values_list("status", flat=True))
+        if statuses != {"completed"}:
+            raise RuntimeError(f"bench runs ended {statuses}")
+        # Backlog: how long after the last commit until the events queue and outbox drain.
+        from jobs.models import OutboxEvent
+
+        backlog_at_end = self.broker.llen("events")
+        wait_for(
+            lambda: (
+                self.broker.llen("events") == 0
+                and not OutboxEvent.objects.filter(published_at__isnull=True).exists()
+            ),
+            120,
+            "event backlog to drain",
+            every=0.02,
+        )
+        drained = time.time() - agg["last"].timestamp()
+        time.sleep(0.3)  # let the last consumers finish before counting
+        counted = self.tasks_counted()
+        steps = agg["steps"]
+        return steps / elapsed, {
+            "steps": steps,
+            "relay_per_run": counted.get("jobs.outbox_relay", 0) / runs,
+            "consume_per_run": counted.get("jobs.event_consume", 0) / runs,
+            "connections_per_step": (self.sessions() - sessions) / steps,
+            "backlog_at_end": backlog_at_end,
+            "drain_seconds": drained,
+        }
+
+    def raw_rep(self, tasks: int) -> float:
+        from bench.rawapp import noop
+
+        self.redis.set("bench:raw:done", 0)
+        started = time.time()
+        with noop.app.producer_or_acquire() as producer:
+            for _ in range(tasks):
+                noop.apply_async(producer=producer)
+        wait_for(lambda: int(self.redis.get("bench:raw:done") or 0) >= tasks, 300, "raw tasks")
+        return tasks / (time.time() - started)
+
+    # 1, 9, 10: step throughput, relay cost per run, connections per step
+
+    def m_steps(self) -> None:
+        runs = 4 if self.tiny else self.args.runs
+        say(f"steps: {runs} runs x 8 no-op steps on one worker -c 2, against raw Celery")
+        worker = self.worker(2)
+        raw = self.raw_worker(2)
+        rates, raw_rates, extras = [], [], []
+        self.steps_rep(2)  # warm both processes' connections and imports
+        self.raw_rep(20)
+        for _ in range(self.reps):
+            rate, extra = self.steps_rep(runs)
+            rates.append(rate)
+            extras.append(extra)
+            raw_rates.append(self.raw_rep(int(extra["steps"])))
+        self.table.add(
+            Figure(
+                "1. step throughput (1 worker, -c 2)",
+                "steps/s",
+                rates,
+                raw_rates,
+                "raw no-op tasks/s",
+                ">= 0.5",
+            )
+        )
+        key = lambda k: [e[k] for e in extras]  # noqa: E731
+        self.table.add(
+            Figure(
+                f"9. relay tasks per run ({runs}-run burst)",
+                "",
+                key("relay_per_run"),
+                target="<= 3",
+            )
+        )
+        self.table.add(Figure("9. consumer tasks per run", "", key("consume_per_run")))
+        self.table.add(
+            Figure("9. events-queue backlog at last commit", "msgs", key("backlog_at_end"))
+        )
+        self.table.add(
+            Figure("9. backlog zero after last commit", "s", key("drain_seconds"), target="<= 2")
+        )
+        self.table.add(
+            Figure("10. new DB connections per step", "", key("connections_per_step"), target="~0")
+        )
+        self.procs.stop(raw)
+        for child in worker:
+            self.procs.stop(child)
+
+    # 2: wake latency
+
+    def m_wake(self) -> None:
+        samples = 5 if self.tiny else self.args.wake_samples
+        say(f"wake: {samples} single runs on an idle worker, against raw delay() -> start")
+        from django.db import transaction
+
+        from bench.rawapp import stamp
+        from runs.models import Run
+        from runs.services import task_submit
+
+        worker = self.worker(2)
+        raw = self.raw_worker(2)
+        p50s, p99s, raw50, raw99 = [], [], [], []
+        for _ in range(self.reps):
+            latencies = []
+            for _ in range(samples + 1):
+                committed: list[float] = []
+                with transaction.atomic():
+                    transaction.on_commit(lambda: committed.append(time.time()))  # noqa: B023
+                    run = task_submit(
+                        workspace=self.workspace,
+                        repository=self.repository,
+                        instruction="bench",
+                    ).run
+                self.wait_terminal([run.id], timeout=60)
+                time.sleep(0.15)  # idle again: the relay and consumers are done
+                taken = Run.objects.get(pk=run.id).started_at
+                latencies.append(taken.timestamp() - committed[0])
+            latencies = latencies[1:]  # the first warms the worker process
+            p50s.append(pct(latencies, 0.5) * 1000)
+            p99s.append(pct(latencies, 0.99) * 1000)
+            self.redis.delete("bench:raw:latency")
+            for _ in range(samples + 1):
+                n = self.redis.llen("bench:raw:latency")
+                stamp.delay(time.time())
+                wait_for(lambda: self.redis.llen("bench:raw:latency") > n, 30, "raw stamp")  # noqa: B023
+                time.sleep(0.05)
+            raw_latencies = [float(x) for x in self.redis.lrange("bench:raw:latency", 1, -1)]
+            raw50.append(pct(raw_latencies, 0.5) * 1000)
+            raw99.append(pct(raw_latencies, 0.99) * 1000)
+        self.table.add(
+            Figure(
+                "2. wake latency p50 (commit -> step start)",
+                "ms",
+                p50s,
+                raw50,
+                "raw delay() -> start",
+                "<= 2x",
+                higher_is_better=False,
+            )
+        )
+        self.table.add(
+            Figure(
+                "2. wake latency p99",
+                "ms",
+                p99s,
+                raw99,
+                "raw delay() -> start",
+                "< 20 ms",
+                higher_is_better=False,
+            )
+        )
+        self.procs.stop(raw)
+        for child in worker:
+            self.procs.stop(child)
+
+    # 3: outbox relay
+
+    def outbox_rows(self, n: int) -> list[Any]:
+        import uuid
+
+        from jobs.models import OutboxEvent
+
+        template = OutboxEvent.objects.order_by("-id").first()
+        payload = dict(template.payload) if template else {"type": "agent.run.status.changed"}
+        rows = []
+        for i in range(n):
+            p = dict(payload, id=str(uuid.uuid4()))
+            rows.append(
+                OutboxEvent(
+                    event_id=p["id"],
+                    type=p.get("type", "agent.run.status.changed"),
+                    partition_key=f"bench-{i % 1000}",
+                    payload=p,
+                )
+            )
+        return rows
+
+    def m_relay(self) -> None:
+        backlog = 2000 if self.tiny else self.args.backlog
+        burst = 500 if self.tiny else self.args.burst
+        say(f"relay: drain a backlog of {backlog} against inserting it; lag after a {burst} burst")
+        from django.db import transaction
+
+        from jobs.models import OutboxEvent
+        from jobs.relay import outbox_drain, relay_wake
+
+        if not OutboxEvent.objects.exists():
+            self.m_steps_minimal()  # a real event to copy
+        rates, insert_rates, lags = [], [], []
+        for _ in range(self.reps):
+            rows = self.outbox_rows(backlog)
+            started = time.monotonic()
+            for i in range(0, len(rows), 1000):
+                OutboxEvent.objects.bulk_create(rows[i : i + 1000])
+            insert_rates.append(backlog / (time.monotonic() - started))
+            started = time.monotonic()
+            while outbox_drain().published:
+                pass
+            rates.append(backlog / (time.monotonic() - started))
+            self.broker_purge()
+        worker = self.worker(2)
+        for _ in range(self.reps):
+            rows = self.outbox_rows(burst)
+            with transaction.atomic():
+                OutboxEvent.objects.bulk_create(rows, batch_size=1000)
+                transaction.on_commit(relay_wake)
+            started = time.monotonic()
+            wait_for(
+                lambda: not OutboxEvent.objects.filter(published_at__isnull=True).exists(),
+                120,
+                "outbox lag zero",
+                every=0.05,
+            )
+            lags.append(time.monotonic() - started)
+            wait_for(lambda: self.broker.llen("events") == 0, 300, "consumers", every=0.1)
+        for child in worker:
+            self.procs.stop(child)
+        self.broker_purge()
+        self.table.add(
+            Figure(
+                f"3. relay publish, backlog {backlog:,}",
+                "events/s",
+                rates,
+                insert_rates,
+                "batch INSERT rows/s",
+                ">= 0.3",
+            )
+        )
+        self.table.add(
+            Figure(
+                f"3. outbox lag to zero after {burst:,} burst",
+                "s",
+                lags,
+                target="<= 10 s",
+                higher_is_better=False,
+            )
+        )
+
+    # 4, 5: web
+
+    @contextmanager
+    def server(self, layout: str, workers: int = 2, **env: str) -> Iterator[int]:
+        port = free_port()
+        if layout == "asgi":
+            argv = [
+                PY,
+                "-m",
+                "uvicorn",
+                "agentplatform.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                "--log-level",
+                "warning",
+                "--no-access-log",
+            ]
+        elif layout == "wsgi":
+            argv = [
+                PY,
+                "-m",
+                "gunicorn",
+                "agentplatform.wsgi:application",
+                "-b",
+                f"127.0.0.1:{port}",
+                "-w",
+                str(workers),
+                "--log-level",
+                "warning",
+                *env.pop("_gunicorn", "").split(),
+            ]
+        else:
+            argv = [
+                PY,
+                "manage.py",
+                "serve_web",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+            ]
+        child = self.procs.start(f"web-{layout}", argv, **env)
+        import socket
+
+        def up() -> bool:
+            if child.poll() is not None:
+                raise RuntimeError(f"web {layout} exited; see {self.logdir}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return True
+            except OSError:
+                return False
+
+        wait_for(up, 60, f"web {layout}", every=0.1)
+        self.load(port, "insert", conns=4, seconds=1)  # warm every worker process
+        try:
+            yield port
+        finally:
+            self.procs.stop(child)
+
+    def load(self, port: int, kind: str, conns: int, seconds: float, **extra: Any) -> dict:
+        argv = [
+            PY,
+            "-m",
+            "bench.http_load",
+            "--port",
+            str(port),
+            "--kind",
+            kind,
+            "--conns",
+            str(conns),
+            "--seconds",
+            str(seconds),
+        ]
+        for key, value in extra.items():
+            argv += [f"--{key.replace('_', '-')}", str(value)]
+        out = subprocess.run(argv, cwd=ROOT, env=self.env, capture_output=True, check=True)
+        return json.loads(out.stdout)
+
+    def token(self) -> str:
+        from django.contrib.auth import get_user_model
+
+        from agentplatform.api.auth import api_token_issue
+        from runs.models import Membership
+
+        user, _ = get_user_model().objects.get_or_create(username="bench")
+        Membership.objects.get_or_create(
+            workspace=self.workspace, user=user, defaults={"role": "admin"}
+        )
+        return api_token_issue(user=user, name="bench")[1]
+
+    def m_web(self) -> None:
+        seconds = 1.0 if self.tiny else self.args.seconds
+        conns = 32
+        say(f"web: {conns} connections, {seconds:.0f} s per figure")
+        body = ROOT / "bench" / "ping.json"
+        corpus = Path("/work/shared/corpus/github/ping")
+        body.write_bytes(
+            next(iter(sorted(corpus.glob("*.json")))).read_bytes()
+            if corpus.is_dir()
+            else b'{"zen":"Keep it logically awesome.","hook_id":1}'
+        )
+        token = self.token()
+        figures: dict[str, list[Any]] = {
+            k: []
+            for k in ("webhook", "insert", "submit", "wsgi_insert", "webhook64", "runs", "events")
+        }
+        layout = self.args.layout
+        run_path = self.reads_fixture()
+        for _ in range(self.reps):
+            with self.server(layout) as port:
+                figures["insert"].append(self.load(port, "insert", conns, seconds))
+                figures["webhook"].append(
+                    self.load(port, "webhook", conns, seconds, secret=GITHUB_SECRET, body_file=body)
+                )
+                figures["submit"].append(
+                    self.load(
+                        port, "submit", conns, seconds, token=token, repository=self.repository.pk
+                    )
+                )
+                figures["webhook64"].append(
+                    self.load(port, "webhook", 64, seconds, secret=GITHUB_SECRET, body_file=body)
+                )
+                figures["runs"].append(
+                    self.load(port, "get", conns, seconds, token=token, path="/api/runs/")
+                )
+                figures["events"].append(
+                    self.load(port, "get", conns, seconds, token=token, path=run_path)
+                )
+            with self.server("wsgi") as port:
+                figures["wsgi_insert"].append(self.load(port, "insert", conns, seconds))
+        self.broker_purge()
+        rps = lambda k: [r["rps"] for r in figures[k]]  # noqa: E731
+        ms = lambda k, p: [r[p] for r in figures[k]]  # noqa: E731
+        base = f"one-INSERT view, {layout}"
+        self.table.add(
+            Figure(
+                "4. webhook intake (32 conns)",
+                "req/s",
+                rps("webhook"),
+                rps("insert"),
+                base,
+                ">= 0.6",
+            )
+        )
+        self.table.add(
+            Figure(
+                "4. webhook intake p50",
+                "ms",
+                ms("webhook", "p50_ms"),
+                ms("insert", "p50_ms"),
+                base,
+                higher_is_better=False,
+            )
+        )
+        self.table.add(
+            Figure(
+                "4. webhook intake p99",
+                "ms",
+                ms("webhook", "p99_ms"),
+                ms("insert", "p99_ms"),
+                base,
+                higher_is_better=False,
+            )
+        )
+        self.table.add(
+            Figure(
+                f"4. one-INSERT view, production layout ({layout})",
+                "req/s",
+                rps("insert"),
+                rps("wsgi_insert"),
+                "same view, gunicorn sync",
+                ">= 0.6",
+            )
+        )
+        self.table.add(
+            Figure(
+                "4. webhook errors (5xx/io) at 64 conns, defaults",
+                "",
+                [r["errors"] for r in figures["webhook64"]],
+                target="0",
+            )
+        )
+        self.table.add(
+            Figure(
+                "4. webhook errors at 32 conns",
+                "",
+                [r["errors"] for r in figures["webhook"]],
+                target="0",
+            )
+        )
+        self.table.add(
+            Figure(
+                "5. POST /api/tasks/ (32 conns)",
+                "req/s",
+                rps("submit"),
+                rps("insert"),
+                base,
+                ">= 0.4",
+            )
+        )
+        self.table.add(
+            Figure(
+                f"5. GET /api/runs/ over {self.read_runs:,} runs",
+                "req/s",
+                rps("runs"),
+                rps("insert"),
+                base,
+                ">= 0.5",
+            )
+        )
+        self.table.add(
+            Figure("5. GET a run's events", "req/s", rps("events"), rps("insert"), base, ">= 0.5")
+        )
+        errors = {k: sum(r["errors"] for r in v) for k, v in figures.items()}
+        self.table.notes.append(f"web errors by figure: {errors}")
+
+    # 6: scale
+
+    def finished_fill(self, total: int) -> None:
+        """Clone a finished run (task, run, 2 events, 1 published outbox row) up to ``total``."""
+        from django.db import connection
+
+        from runs.models import Run
+
+        have = Run.objects.count()
+        if have >= total:
+            return
+        template = Run.objects.filter(status="completed").order_by("created_at").first()
+        if template is None:
+            self.m_steps_minimal()
+            template = Run.objects.filter(status="completed").first()
+        say(f"filling to {total:,} finished runs")
+
+        def columns(table: str) -> list[str]:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                    "ORDER BY ordinal_position",
+                    [table],
+                )
+                return [c for (c,) in cursor.fetchall()]
+
+        def clone(table: str, overrides: dict[str, str], where: str, extra_from: str = "") -> str:
+            cols = columns(table)
+            select = ", ".join(overrides.get(c, f"t.{c}") for c in cols)
+            return (
+                f"INSERT INTO {table} ({', '.join(cols)}) SELECT {select} "
+                f"FROM {table} t, m {extra_from} WHERE {where}"
+            )
+
+        chunk = 100_000
+        with connection.cursor() as cursor:
+            while have < total:
+                n = min(chunk, total - have)
+                cursor.execute("DROP TABLE IF EXISTS m")
+                cursor.execute(
+                    "CREATE TEMP TABLE m AS SELECT gen_random_uuid() tid, gen_random_uuid() rid, "
+                    "g FROM generate_series(1, %s) g",
+                    [n],
+                )
+                cursor.execute(
+                    clone("runs_task", {"id": "m.tid", "idempotency_key": "NULL"}, "t.id = %s"),
+                    [template.task_id],
+                )
+                cursor.execute(
+                    clone("runs_run", {"id": "m.rid", "task_id": "m.tid"}, "t.id = %s"),
+                    [template.pk],
+                )
+                cursor.execute(
+                    clone(
+                        "runs_runevent",
+                        {"id": "gen_random_uuid()", "run_id": "m.rid"},
+                        "t.run_id = %s AND t.sequence_no <= 2",
+                    ),
+                    [template.pk],
+                )
+                cursor.execute(
+                    clone(
+                        "jobs_outboxevent",
+                        {
+                            "id": "nextval('jobs_outboxevent_id_seq')",
+                            "event_id": "gen_random_uuid()",
+                            "partition_key": "m.rid::text",
+                        },
+                        "t.id = (SELECT min(id) FROM jobs_outboxevent)",
+                    )
+                )
+                have += n
+            cursor.execute("ANALYZE")
+
+    def m_steps_minimal(self) -> None:
+        worker = self.worker(2, name="fill-worker")
+        self.wait_terminal(self.submit(1))
+        for child in worker:
+            self.procs.stop(child)
+
+    def reads_fixture(self) -> str:
+        from runs.models import Run
+
+        self.read_runs = 2_000 if self.tiny else self.args.read_runs
+        self.finished_fill(self.read_runs)
+        self.read_runs = Run.objects.count()
+        run = Run.objects.filter(status="completed").order_by("created_at").first()
+        return f"/api/runs/{run.pk}/events/"
+
+    def m_scale(self) -> None:
+        sizes = [1_000, 5_000] if self.tiny else self.args.scale_sizes
+        say(f"scale: lease acquisition and admission at {sizes} finished runs")
+        from django.db import transaction
+
+        from runs import dispatch
+        from runs.engine import lease_acquire, lease_release
+        from runs.services import task_submit
+
+        # Nothing consumes these wake-ups here: what is timed is the database work.
+        original = dispatch.run_wake
+        dispatch.run_wake = lambda **kwargs: None
+        lease_figs, admit_figs = {}, {}
+        try:
+            for size in sizes:
+                self.finished_fill(size)
+                lease, admit = [], []
+                for _ in range(self.reps):
+                    lat_l, lat_a = [], []
+                    for _ in range(30):
+                        t = time.perf_counter()
+                        run = task_submit(
+                            workspace=self.workspace,
+                            repository=self.repository,
+                            instruction="bench",
+                        ).run
+                        lat_a.append(time.perf_counter() - t)
+                        t = time.perf_counter()
+                        held = lease_acquire(run_id=run.id, step_no=0, owner="bench")
+                        lat_l.append(time.perf_counter() - t)
+                        lease_release(held)
+                        with transaction.atomic():
+                            type(run).objects.filter(pk=run.pk).update(
+                                status="cancelled", finished_at=run.created_at
+                            )
+                    lease.append(statistics.median(lat_l) * 1000)
+                    admit.append(statistics.median(lat_a) * 1000)
+                lease_figs[size], admit_figs[size] = lease, admit
+        finally:
+            dispatch.run_wake = original
+        small, large = sizes[0], sizes[-1]
+        self.table.add(
+            Figure(
+                f"6. lease acquisition, {large:,} finished runs",
+                "ms",
+                lease_figs[large],
+                lease_figs[small],
+                f"same at {small:,}",
+                "<= 1.3x",
+                higher_is_better=False,
+            )
+        )
+        self.table.add(
+            Figure(
+                f"6. admission (task_submit), {large:,} finished runs",
+                "ms",
+                admit_figs[large],
+                admit_figs[small],
+                f"same at {small:,}",
+                "<= 1.3x",
+                higher_is_better=False,
+            )
+        )
+
+    # 7, 10: idle cost
+
+    def m_idle(self) -> None:
+        seconds = 5 if self.tiny else self.args.idle_seconds
+        say(f"idle: worker + beat CPU over {seconds} s, against a 100 ms polling loop")
+        cpu, poll_cpu, conns = [], [], []
+        for _ in range(self.reps):
+            children = self.worker(2, name="idle-worker", beat=True)
+            time.sleep(3)  # start-up is not idle
+            pids = [c.pid for c in children]
+            sessions, before = self.sessions(), cpu_seconds(pids)
+            time.sleep(seconds)
+            cpu.append((cpu_seconds(pids) - before) * 60 / seconds)
+            conns.append((self.sessions() - sessions) * 60 / seconds)
+            for child in children:
+                self.procs.stop(child)
+            poller = self.procs.start(
+                "poller",
+                [
+                    PY,
+                    "-c",
+                    (
+                        "import os,time,psycopg\n"
+                        "c=psycopg.connect(os.environ['DATABASE_URL'],autocommit=True)\n"
+                        "while True:\n c.execute('SELECT 1').fetchone(); time.sleep(0.1)\n"
+                    ),
+                ],
+            )
+            time.sleep(1)
+            before = cpu_seconds([poller.pid])
+            time.sleep(seconds)
+            poll_cpu.append((cpu_seconds([poller.pid]) - before) * 60 / seconds)
+            self.procs.stop(poller)
+        self.table.add(
+            Figure(
+                "7. idle CPU, worker (-c 2) + beat",
+                "CPU-s/min",
+                cpu,
+                poll_cpu,
+                "100 ms polling loop",
+                "< 0.6 (1% of a core)",
+                higher_is_better=False,
+            )
+        )
+        self.table.add(
+            Figure(
+                "10. new DB connections per idle minute",
+                "",
+                conns,
+                target="~0",
+                higher_is_better=False,
+            )
+        )
+
+    # 8: end to end
+
+    def m_e2e(self) -> None:
+        say("e2e: the demo task on the scripted model, driven step by step in-process")
+        from runs import demo, dispatch
+        from runs.engine import step_execute
+        from runs.models import Repository, Run
+        from runs.services import task_submit
+
+        original = dispatch.run_wake
+        dispatch.run_wake = lambda **kwargs: None
+        per_status: dict[str, list[float]] = {}
+        walls = []
+        try:
+            for rep in range(self.reps):
+                origin = demo.sample_repository_create(
+                    Path(tempfile.mkdtemp(prefix="bench-e2e-")) / "origin"
+                )
+                # The demo's repository and scripted agent (``make demo``), on the bench's
+                # services.
+                repository = Repository.objects.create(
+                    workspace=self.workspace,
+                    name=f"e2e-{rep}-{os.getpid()}",
+                    clone_url=str(origin),
+                    test_command=demo.test_command(),
+                    allowed_commands=demo.allowed_commands(),
+                )
+                started = time.perf_counter()
+                run = task_submit(
+                    workspace=self.workspace,
+                    repository=repository,
+                    instruction="Fix add() in calc/core.py so that the test suite passes.",
+                    model_options={"provider": "scripted", "script": demo.fix_script()},
+                ).run
+                times: dict[str, float] = {}
+                for _ in range(200):
+                    current = Run.objects.get(pk=run.pk)
+                    if current.status in (
+                        "completed",
+                        "failed",
+                        "cancelled",
+                        "timed_out",
+                        "awaiting_approval",
+                    ):
+                        break
+                    t = time.perf_counter()
+                    step_execute(run_id=str(current.pk), step_no=current.step_no)
+                    times[current.status] = times.get(current.status, 0) + time.perf_counter() - t
+                walls.append(time.perf_counter() - started)
+                for status, seconds in times.items():
+                    per_status.setdefault(status, []).append(seconds * 1000)
+                self.table.notes.append(f"e2e run {rep}: ended {current.status}")
+        finally:
+            dispatch.run_wake = original
+        self.table.add(Figure("8. end to end, demo task to PR (scripted model)", "s", walls))
+        for status, values in per_status.items():
+            self.table.add(Figure(f"8.   step time in {status}", "ms", values))
+
+    # 11: capacity
+
+    def m_capacity(self) -> None:
+        runs = 4 if self.tiny else self.args.runs
+        concurrencies = [1, 2] if self.tiny else [1, 2, 4]
+        say(f"capacity: steps/s with {concurrencies} worker processes")
+        rates: dict[int, list[float]] = {}
+        cpu_share: dict[int, list[float]] = {}
+        for c in concurrencies:
+            children = self.worker(c, name=f"cap-worker-{c}")
+            self.steps_rep(2)
+            for _ in range(self.reps):
+                pids = [child.pid for child in children]
+                before = cpu_seconds(pids)
+                t = time.monotonic()
+                rate, _extra = self.steps_rep(runs)
+                rates.setdefault(c, []).append(rate)
+                cpu_share.setdefault(c, []).append(
+                    (cpu_seconds(pids) - before) / (time.monotonic() - t)
+                )
+            for child in children:
+                self.procs.stop(child)
+        base = rates[concurrencies[0]]
+        for c in concurrencies:
+            self.table.add(
+                Figure(
+                    f"11. steps/s with {c} worker process(es)",
+                    "steps/s",
+                    rates[c],
+                    base,
+                    "1 process",
+                )
+            )
+            self.table.add(Figure(f"11.   worker CPU with {c} process(es)", "cores", cpu_share[c]))
+
+    def run(self) -> str:
+        chosen = self.args.only.split(",") if self.args.only else MEASUREMENTS
+        self.setup()
+        try:
+            for name in chosen:
+                getattr(self, f"m_{name}")()
+        finally:
+            self.teardown()
+        table = self.table.render()
+        return table
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--only", default="", help=f"comma-separated: {','.join(MEASUREMENTS)}")
+    parser.add_argument("--tiny", action="store_true", help="smoke sizes (seconds)")
+    parser.add_argument("--runs", type=int, default=60)
+    parser.add_argument("--wake-samples", type=int, default=30)
+    parser.add_argument("--backlog", type=int, default=100_000)
+    parser.add_argument("--burst", type=int, default=10_000)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--read-runs", type=int, default=100_000)
+    parser.add_argument(
+        "--scale-sizes",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[1_000, 100_000, 1_000_000],
+    )
+    parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument("--layout", default="asgi", choices=["asgi", "wsgi", "serve"])
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        parser.error("--reps must be at least 1")
+    table = Bench(args).run()
+    print(table)
+    return table
+
+
+if __name__ == "__main__":
+    main()
