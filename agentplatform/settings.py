@@ -312,6 +312,10 @@ AGENT_MODEL_JUDGE = _env_value("AGENT_MODEL_JUDGE", bool, False)
 GITHUB_API_URL = _env_value("GITHUB_API_URL", str, "https://api.github.com")
 GITHUB_TOKEN = _env_value("GITHUB_TOKEN", str, "")
 GITHUB_TIMEOUT_SECONDS = _env_value("GITHUB_TIMEOUT_SECONDS", float, 30.0)
+# GitLab's REST API (v4) for merge requests, and a token with the api scope.
+GITLAB_API_URL = _env_value("GITLAB_API_URL", str, "https://gitlab.com/api/v4")
+GITLAB_TOKEN = _env_value("GITLAB_TOKEN", str, "")
+GITLAB_TIMEOUT_SECONDS = _env_value("GITLAB_TIMEOUT_SECONDS", float, 30.0)
 # Resource limits of every command run in a sandbox.
 SANDBOX_CPU_SECONDS = _env_value("SANDBOX_CPU_SECONDS", int, 600)
 SANDBOX_MEMORY_BYTES = _env_value("SANDBOX_MEMORY_BYTES", int, 4 * 1024**3)

@@ -14,6 +14,10 @@ def git_provider_for(provider: str) -> GitProvider:
         from runs.gitproviders.github import GitHubProvider
 
         return GitHubProvider()
+    if provider == "gitlab":
+        from runs.gitproviders.gitlab import GitLabProvider
+
+        return GitLabProvider()
     raise ValueError(f"no git provider for {provider!r}")
 
 

@@ -1,0 +1,175 @@
+"""GitLab: push the task's branch and open (or update) its draft merge request.
+
+The same guarantees as GitHub's provider: every call is safe to repeat. The merge
+request is looked up by its source branch before one is created, and GitLab's refusal
+of a second open merge request for a branch (HTTP 409) is answered by looking it up
+again, so a crash or a lost answer after GitLab created it ends with the existing one
+reconciled, never a duplicate. The branch is pushed from a platform-owned scratch
+repository with the token in that one git process's environment (see
+``branch_push_isolated``); the API is called with a ``PRIVATE-TOKEN`` header.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from typing import Any
+from urllib.parse import quote, urlparse
+
+import httpx
+from django.conf import settings
+
+from runs.agent.sandbox import LocalSandbox
+from runs.gitproviders.base import GitProvider, GitProviderError, PullRequestInfo
+from runs.gitproviders.github import branch_push_isolated
+from runs.models import Repository
+
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+MAX_ATTEMPTS = 4
+DRAFT_PREFIX = "Draft: "
+
+
+def gitlab_project_path(repository: Repository) -> str:
+    """``group/subgroup/name`` from the external id or the clone URL."""
+    path = repository.external_id
+    if not path:
+        parsed = urlparse(repository.clone_url)
+        path = parsed.path if parsed.scheme else repository.clone_url.split(":", 1)[-1]
+    path = re.sub(r"\.git/?$", "", path.strip("/"))
+    if not re.fullmatch(r"[\w.-]+(/[\w.-]+)+", path):
+        raise GitProviderError(
+            f"cannot tell the GitLab project of {repository.name!r}", retryable=False
+        )
+    return path
+
+
+class GitLabProvider(GitProvider):
+    name = "gitlab"
+
+    def __init__(
+        self, *, api_url: str | None = None, token: str | None = None, backoff_seconds: float = 1.0
+    ) -> None:
+        self.api_url = (api_url or settings.GITLAB_API_URL).rstrip("/")
+        self.token = settings.GITLAB_TOKEN if token is None else token
+        self.backoff_seconds = backoff_seconds
+
+    def branch_push(self, *, repository: Repository, sandbox: LocalSandbox, branch: str) -> None:
+        # GitLab accepts a token as the password of HTTP basic auth, any user name.
+        branch_push_isolated(
+            sandbox=sandbox, url=repository.clone_url, branch=branch, token=self.token
+        )
+
+    def _client(self) -> httpx.Client:
+        headers = {"User-Agent": "agentplatform"}
+        if self.token:
+            headers["PRIVATE-TOKEN"] = self.token
+        return httpx.Client(
+            base_url=self.api_url, headers=headers, timeout=settings.GITLAB_TIMEOUT_SECONDS
+        )
+
+    def _request(
+        self, client: httpx.Client, method: str, path: str, **kwargs: Any
+    ) -> httpx.Response:
+        """One API call; rate limits, 5xx and network trouble are retried with jitter."""
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                response = client.request(method, path, **kwargs)
+            except httpx.TransportError as exc:
+                if attempt == MAX_ATTEMPTS:
+                    raise GitProviderError(f"GitLab unreachable: {exc}", retryable=True) from exc
+            else:
+                if response.status_code not in RETRYABLE_STATUS:
+                    return response
+                if attempt == MAX_ATTEMPTS:
+                    raise GitProviderError(
+                        f"GitLab {method} {path}: HTTP {response.status_code}", retryable=True
+                    )
+            time.sleep(random.uniform(0, self.backoff_seconds * 2 ** (attempt - 1)))
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _raise_for(response: httpx.Response, doing: str) -> None:
+        if response.is_success:
+            return
+        retryable = response.status_code in RETRYABLE_STATUS
+        raise GitProviderError(
+            f"GitLab refused to {doing}: HTTP {response.status_code} {response.text[:300]}",
+            retryable=retryable,
+        )
+
+    @staticmethod
+    def _info(merge_request: dict[str, Any], head_sha: str, *, created: bool) -> PullRequestInfo:
+        return PullRequestInfo(
+            number=int(merge_request["iid"]),
+            url=str(merge_request.get("web_url", "")),
+            head_sha=head_sha,
+            created=created,
+        )
+
+    def merge_request_find(
+        self, client: httpx.Client, project: str, branch: str, base_branch: str
+    ) -> dict[str, Any] | None:
+        response = self._request(
+            client,
+            "GET",
+            f"/projects/{quote(project, safe='')}/merge_requests",
+            params={"source_branch": branch, "target_branch": base_branch, "state": "opened"},
+        )
+        self._raise_for(response, "look up the merge request")
+        found = response.json()
+        return found[0] if found else None
+
+    def pull_request_ensure(
+        self,
+        *,
+        repository: Repository,
+        branch: str,
+        base_branch: str,
+        title: str,
+        body: str,
+        head_sha: str,
+    ) -> PullRequestInfo:
+        project = gitlab_project_path(repository)
+        draft_title = title if title.startswith(DRAFT_PREFIX) else DRAFT_PREFIX + title
+        with self._client() as client:
+            existing = self.merge_request_find(client, project, branch, base_branch)
+            if existing is not None:
+                return self._update(client, project, existing, draft_title, body, head_sha)
+            response = self._request(
+                client,
+                "POST",
+                f"/projects/{quote(project, safe='')}/merge_requests",
+                json={
+                    "source_branch": branch,
+                    "target_branch": base_branch,
+                    "title": draft_title,
+                    "description": body,
+                    "remove_source_branch": True,
+                },
+            )
+            if response.status_code == 409:
+                # Opened by an earlier attempt whose answer was lost: reconcile.
+                existing = self.merge_request_find(client, project, branch, base_branch)
+                if existing is not None:
+                    return self._update(client, project, existing, draft_title, body, head_sha)
+            self._raise_for(response, "open the merge request")
+            return self._info(response.json(), head_sha, created=True)
+
+    def _update(
+        self,
+        client: httpx.Client,
+        project: str,
+        merge_request: dict[str, Any],
+        title: str,
+        body: str,
+        head_sha: str,
+    ) -> PullRequestInfo:
+        response = self._request(
+            client,
+            "PUT",
+            f"/projects/{quote(project, safe='')}/merge_requests/{merge_request['iid']}",
+            json={"title": title, "description": body},
+        )
+        self._raise_for(response, "update the merge request")
+        return self._info(response.json(), head_sha, created=False)
