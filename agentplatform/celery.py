@@ -13,6 +13,9 @@ app = Celery("agentplatform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+# Spans of the Celery tasks running in this process, ended by task_postrun.
+_open_spans: dict[str, Any] = {}
+
 # What a task's positional arguments name, bound to its log lines (see _task_started).
 _TASK_ARG_CONTEXT: dict[str, tuple[str, ...]] = {
     "runs.step": ("run_id", "step_no"),
@@ -61,14 +64,28 @@ def _task_started(task_id: str = "", task: Any = None, args: Any = None, **kwarg
         (getattr(request, "headers", None) or {}).get("traceparent")
     )
     tracing.trace_activate(tracing.traceparent_child(incoming))
+    from agentplatform import otel
+
+    if otel.otel_configure():
+        opened = otel.span_start(
+            getattr(task, "name", "celery task"),
+            kind="consumer",
+            attributes={"messaging.system": "celery", "messaging.message.id": task_id},
+        )
+        if opened is not None:
+            _open_spans[task_id] = opened
 
 
 @signals.task_postrun.connect
-def _task_finished(**kwargs: Any) -> None:
+def _task_finished(task_id: str = "", state: str = "", **kwargs: Any) -> None:
     import structlog
 
     from jobs import tracing
 
+    opened = _open_spans.pop(task_id, None)
+    if opened is not None:
+        failed = state not in ("SUCCESS", "RETRY", "")
+        opened.end(RuntimeError(f"task ended {state}") if failed else None)
     tracing.trace_clear()
     structlog.contextvars.clear_contextvars()
 
@@ -88,3 +105,11 @@ def _database_connections_tidy(sender: Any = None, **kwargs: Any) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@signals.worker_process_init.connect
+def _otel_after_fork(**kwargs: Any) -> None:
+    # The batch exporter's thread does not survive the fork into a pool process.
+    from agentplatform import otel
+
+    otel.otel_configure(force=True)

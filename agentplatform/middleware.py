@@ -18,6 +18,7 @@ import structlog
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
+from agentplatform import otel
 from jobs import tracing
 
 log = structlog.get_logger("agentplatform.http")
@@ -33,6 +34,7 @@ class RequestContextMiddleware:
 
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         self.get_response = get_response
+        otel.otel_configure()
         self._async = iscoroutinefunction(get_response)
         if self._async:
             markcoroutinefunction(self)
@@ -46,7 +48,7 @@ class RequestContextMiddleware:
             self._end(request, response, started)
             return response
         finally:
-            self._clear()
+            self._clear(request)
 
     async def _acall(self, request: HttpRequest) -> HttpResponseBase:
         started = self._begin(request)
@@ -56,7 +58,7 @@ class RequestContextMiddleware:
             self._end(request, response, started)
             return response
         finally:
-            self._clear()
+            self._clear(request)
 
     def _begin(self, request: HttpRequest) -> float:
         given = request.headers.get("X-Request-ID", "")
@@ -65,12 +67,32 @@ class RequestContextMiddleware:
         structlog.contextvars.clear_contextvars()
         structlog.contextvars.bind_contextvars(request_id=request_id)
         incoming = request.headers.get("traceparent")
-        tracing.trace_activate(tracing.traceparent_child(incoming) or tracing.traceparent_new())
+        # With OpenTelemetry on, the server span is the caller's child and our hop;
+        # without it, a new span id stands for this request.
+        if tracing.trace_activate(incoming) is None:
+            tracing.trace_clear()
+        request._otel_span = otel.span_start(  # type: ignore[attr-defined]
+            request.method or "HTTP",
+            kind="server",
+            attributes={"http.request.method": request.method, "url.path": request.path},
+        )
+        if request._otel_span is None:  # type: ignore[attr-defined]
+            tracing.trace_activate(tracing.traceparent_child(incoming) or tracing.traceparent_new())
         return time.monotonic()
 
     def _end(self, request: HttpRequest, response: HttpResponseBase, started: float) -> None:
         response["X-Request-ID"] = request.request_id  # type: ignore[attr-defined]
         status = response.status_code
+        opened = getattr(request, "_otel_span", None)
+        if opened is not None:
+            match = getattr(request, "resolver_match", None)
+            route = getattr(match, "route", "") if match is not None else ""
+            opened.span.update_name(f"{request.method} {route or request.path}")
+            opened.span.set_attribute("http.response.status_code", status)
+            if status >= 500:
+                from opentelemetry.trace import Status, StatusCode
+
+                opened.span.set_status(Status(StatusCode.ERROR))
         fields = {
             "method": request.method,
             "path": request.path,
@@ -84,6 +106,10 @@ class RequestContextMiddleware:
         else:
             log.info("http.response", **fields)
 
-    def _clear(self) -> None:
+    def _clear(self, request: HttpRequest) -> None:
+        opened = getattr(request, "_otel_span", None)
+        if opened is not None:
+            request._otel_span = None  # type: ignore[attr-defined]
+            opened.end()
         tracing.trace_clear()
         structlog.contextvars.clear_contextvars()

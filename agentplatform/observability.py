@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
 import structlog
 
+from agentplatform import metrics, otel
 from agentplatform.logging import secrets_register
-from agentplatform.metrics import step_timed
 from jobs import tracing
 
 __all__ = ["step_bind", "step_timed"]
@@ -39,10 +41,32 @@ def step_bind(run: Any, step_no: int) -> None:
         step_no=step_no,
         step=run.status,
     )
-    # A step belongs to its task's trace whoever woke it (a retry, the reaper, a webhook).
-    tracing.trace_activate(
-        tracing.traceparent_child(getattr(task, "traceparent", ""))
-        or tracing.traceparent_child(tracing.traceparent_current())
-        or tracing.traceparent_new(task.id.hex)
-    )
+    # A step belongs to its task's trace whoever woke it (a retry, the reaper, a webhook);
+    # a message that already carries that trace keeps its span as the parent.
+    current = tracing.traceparent_current()
+    task_trace = tracing.trace_id_of(getattr(task, "traceparent", ""))
+    if current is None or tracing.trace_id_of(current) != (task_trace or task.id.hex):
+        tracing.trace_activate(
+            tracing.traceparent_child(getattr(task, "traceparent", ""))
+            or tracing.traceparent_child(current)
+            or tracing.traceparent_new(task.id.hex)
+        )
     secrets_register(_secrets_of(run))
+
+
+@contextmanager
+def step_timed(step: str) -> Iterator[None]:
+    """Time the step's work (a histogram) and, with OpenTelemetry on, export it as a span."""
+    context = structlog.contextvars.get_contextvars()
+    with (
+        metrics.step_timed(step),
+        otel.span(
+            f"step {step}",
+            attributes={
+                "agentplatform.run_id": context.get("run_id"),
+                "agentplatform.task_id": context.get("task_id"),
+                "agentplatform.step_no": context.get("step_no"),
+            },
+        ),
+    ):
+        yield
