@@ -79,6 +79,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Static files straight from the web process in every mode (uvicorn serves none).
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "agentplatform.api.limits.ApiBodyLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -412,6 +413,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "agentplatform.api.schema.stream_path_document",
+        "agentplatform.api.schema.strict_input_document",
     ],
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "runs.models.Run.Status",
@@ -421,6 +423,10 @@ SPECTACULAR_SETTINGS = {
         "WebhookReceiptStatusEnum": "webhooks.models.WebhookReceipt.Status",
     },
 }
+# API request bodies above this answer 413 (problem details); Django's own cap for
+# other requests (admin forms) is set to match.
+API_MAX_BODY_BYTES = _env_value("API_MAX_BODY_BYTES", int, 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 2_621_440)
 # Rates are "<n>/<second|minute|hour|day>"; empty disables that throttle.
 API_THROTTLE_USER_RATE = _env_value("API_THROTTLE_USER_RATE", str, "1200/minute")
 API_THROTTLE_TOKEN_RATE = _env_value("API_THROTTLE_TOKEN_RATE", str, "600/minute")

@@ -55,11 +55,5 @@ def token(db) -> str:
 def test_operation_conforms_to_the_schema(case, token):
     case.call_and_validate(
         headers={"Authorization": f"Bearer {token}"},
-        checks=[
-            schemathesis.checks.not_a_server_error,
-            schemathesis.checks.status_code_conformance,
-            schemathesis.checks.content_type_conformance,
-            schemathesis.checks.response_schema_conformance,
-            schemathesis.checks.response_headers_conformance,
-        ],
+        checks=schemathesis.checks.CHECKS.get_all(),
     )

@@ -82,7 +82,7 @@ def world() -> World:
 # (method, path, body, expected status for member, admin, outsider, anon)
 MATRIX: list[tuple[str, str, dict[str, Any] | None, tuple[int, int, int, int]]] = [
     ("get", "/api/tasks/{task}/", None, (200, 200, 404, 401)),
-    ("post", "/api/tasks/", {"repository": "{repo}", "instruction": "Fix"}, (202, 202, 400, 401)),
+    ("post", "/api/tasks/", {"repository": "{repo}", "instruction": "Fix"}, (202, 202, 422, 401)),
     ("get", "/api/runs/{run}/", None, (200, 200, 404, 401)),
     ("get", "/api/runs/{run}/events/", None, (200, 200, 404, 401)),
     ("get", "/api/runs/{run}/artifacts/", None, (200, 200, 404, 401)),
@@ -113,7 +113,7 @@ MATRIX: list[tuple[str, str, dict[str, Any] | None, tuple[int, int, int, int]]] 
             "provider": "github",
             "clone_url": "https://example.com/x.git",
         },
-        (403, 201, 400, 401),
+        (403, 201, 422, 401),
     ),
     ("get", "/api/dead-letters/{letter}/", None, (200, 200, 404, 401)),
     ("post", "/api/dead-letters/{letter}/requeue/", None, (403, 202, 404, 401)),

@@ -56,6 +56,14 @@ def _code_of(exc: exceptions.APIException) -> str:
     return exc.default_code
 
 
+def _flat_codes(codes: Any) -> list[str]:
+    if isinstance(codes, dict):
+        return [code for value in codes.values() for code in _flat_codes(value)]
+    if isinstance(codes, list):
+        return [code for value in codes for code in _flat_codes(value)]
+    return [str(codes)]
+
+
 def _as_api_exception(exc: Exception) -> exceptions.APIException | None:
     if isinstance(exc, IdempotencyConflict):
         return ProblemError(status_code=422, code=exc.code, detail=exc.message)
@@ -95,14 +103,22 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         errors = api_exc.detail
         if not isinstance(errors, dict):
             errors = {"non_field_errors": errors}
+        # Well-formed, but naming something that does not exist (or is not the caller's):
+        # 422, so a client can tell a stale reference from a malformed request.
+        # A duplicate of an existing unique name: 409, the request itself was fine.
+        codes = set(_flat_codes(api_exc.get_codes()))
+        status_code, code = {
+            frozenset({"does_not_exist"}): (422, "unresolved_reference"),
+            frozenset({"unique"}): (409, "conflict"),
+        }.get(frozenset(codes), (400, "invalid"))
         body = problem_body(
-            status_code=400,
-            code="invalid",
+            status_code=status_code,
+            code=code,
             instance=instance,
             detail="the request is invalid; see errors",
             errors=errors,
         )
-        return Response(body, status=400, content_type=PROBLEM_CONTENT_TYPE)
+        return Response(body, status=status_code, content_type=PROBLEM_CONTENT_TYPE)
     if isinstance(api_exc, exceptions.Throttled):
         # Throttled.__init__ sets ``wait``; the stubs do not declare it.
         wait: float | None = api_exc.wait  # type: ignore[attr-defined]

@@ -2,17 +2,40 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import django_filters
 from django import forms
-from drf_spectacular.types import OpenApiTypes
+from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema_field
+from rest_framework.exceptions import ValidationError
 
 from jobs.models import DeadLetter
 from runs.models import Repository, Run, Task
 from webhooks.models import WebhookReceipt
 
 
-@extend_schema_field(OpenApiTypes.INT)
+class StrictFilterBackend(DjangoFilterBackend):
+    """django-filter, except that a filter given with an empty value is a 400.
+
+    django-filter reads ``?task=`` as "no filter"; a client that meant to filter by a
+    value it failed to fill in would silently get everything.
+    """
+
+    def filter_queryset(self, request: Any, queryset: Any, view: Any) -> Any:
+        filterset_class = self.get_filterset_class(view, queryset)
+        if filterset_class is not None:
+            empty = sorted(
+                name
+                for name in filterset_class.base_filters
+                if name in request.query_params and not request.query_params.get(name, "").strip()
+            )
+            if empty:
+                raise ValidationError({name: ["may not be empty"] for name in empty})
+        return super().filter_queryset(request, queryset, view)
+
+
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": 2**63 - 1})
 class IdFilter(django_filters.NumberFilter):
     """An integer id; a fractional or out-of-range number is a 400, not a query."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -51,8 +52,11 @@ _COMMON = {
     "500": "Unexpected server error.",
 }
 _WITH_BODY = {
-    "400": "Invalid request; `errors` lists the field errors.",
+    "400": "Invalid request (unknown field, wrong type, bad value); `errors` lists them.",
+    "409": "Conflicts with the current state or with an existing object (a unique name).",
+    "413": "The request body is larger than the API accepts.",
     "415": "The request body is not JSON.",
+    "422": "The request names an object that does not exist in the caller's workspaces.",
 }
 _DETAIL = {"404": "No such object in the caller's workspaces."}
 
@@ -149,4 +153,56 @@ def stream_path_document(result: dict[str, Any], **kwargs: Any) -> dict[str, Any
             },
         }
     }
+    return result
+
+
+# Text never holds NUL (PostgreSQL refuses it); a required text field is stripped of
+# surrounding blanks before its length is checked, so it needs one non-blank character.
+_NO_NUL = r"^[^\x00]*$"
+_NO_NUL_NOT_BLANK = r"^[^\x00]*[^\s\x00][^\x00]*$"
+# A decimal as the API reads it: digits, at most one point, at least one digit.
+_DECIMAL = r"^-?(\d{1,%d}(\.\d{0,%d})?|\.\d{1,%d})$"
+
+
+def _string_document(prop: dict[str, Any]) -> None:
+    if prop.get("type") != "string" or prop.get("enum") or prop.get("readOnly"):
+        return
+    if prop.get("format") == "decimal":
+        digits = [int(d) for d in re.findall(r"\{0,(\d+)\}", prop.get("pattern") or "")]
+        if len(digits) == 2:
+            prop["pattern"] = _DECIMAL % (digits[0], digits[1], digits[1])
+        return
+    if "pattern" in prop or prop.get("format"):
+        return
+    prop["pattern"] = _NO_NUL_NOT_BLANK if prop.get("minLength", 0) >= 1 else _NO_NUL
+
+
+def strict_input_document(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """POSTPROCESSING_HOOK: publish what the API enforces.
+
+    Request bodies take no fields besides the documented ones (``StrictInput``), and
+    pagination takes a limit of at least 1 and a non-negative offset.
+    """
+    for name, component in result.get("components", {}).get("schemas", {}).items():
+        if name.endswith("Request") and component.get("type") == "object":
+            component["additionalProperties"] = False
+            for prop in component.get("properties", {}).values():
+                _string_document(prop.get("items", prop))
+    for path in result.get("paths", {}).values():
+        for operation in path.values():
+            if not isinstance(operation, dict):
+                continue
+            for parameter in operation.get("parameters", []):
+                if parameter.get("in") != "query":
+                    continue
+                schema = parameter.get("schema", {})
+                if schema.get("type") == "string" and not (
+                    schema.get("enum") or schema.get("format") or schema.get("pattern")
+                ):
+                    # An empty filter is refused (StrictFilterBackend), not ignored.
+                    schema["pattern"] = r"^[\s\S]*\S[\s\S]*$"
+                if parameter["name"] == "limit":
+                    schema.update({"minimum": 1, "maximum": 2**31 - 1})
+                elif parameter["name"] in ("offset", "after"):
+                    schema.update({"minimum": 0, "maximum": 2**31 - 1})
     return result

@@ -6,7 +6,6 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 from django.shortcuts import get_object_or_404
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers
 from rest_framework.exceptions import PermissionDenied
@@ -15,9 +14,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentplatform.api.errors import ProblemError
-from agentplatform.api.filters import DeadLetterFilter, WebhookReceiptFilter
+from agentplatform.api.filters import DeadLetterFilter, StrictFilterBackend, WebhookReceiptFilter
 from agentplatform.api.pagination import LimitOffsetPagination
 from agentplatform.api.scoping import is_admin_of, request_user, workspace_ids_for
+from agentplatform.api.strict import body_refuse
 from jobs.models import DeadLetter, OutboxEvent
 from jobs.relay import outbox_lag_seconds
 from jobs.services import dead_letter_discard, dead_letter_requeue
@@ -64,7 +64,7 @@ class DeadLetterListApi(generics.ListAPIView):
 
     serializer_class = DeadLetterOutputSerializer
     pagination_class = LimitOffsetPagination
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [StrictFilterBackend]
     filterset_class = DeadLetterFilter
 
     def get_queryset(self) -> QuerySet[DeadLetter]:
@@ -111,6 +111,7 @@ class DeadLetterRequeueApi(APIView):
         responses={202: DeadLetterOutputSerializer, 409: None},
     )
     def post(self, request: Request, pk: Any) -> Response:
+        body_refuse(request)
         letter = _letter_for_resolution(request, pk)
         if not dead_letter_requeue(letter=letter, by=request.user.get_username()):
             raise _not_open(letter)
@@ -127,6 +128,7 @@ class DeadLetterDiscardApi(APIView):
         responses={200: DeadLetterOutputSerializer, 409: None},
     )
     def post(self, request: Request, pk: Any) -> Response:
+        body_refuse(request)
         letter = _letter_for_resolution(request, pk)
         if not dead_letter_discard(letter=letter, by=request.user.get_username()):
             raise _not_open(letter)
@@ -186,7 +188,7 @@ class WebhookReceiptListApi(generics.ListAPIView):
 
     serializer_class = WebhookReceiptOutputSerializer
     pagination_class = LimitOffsetPagination
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [StrictFilterBackend]
     filterset_class = WebhookReceiptFilter
 
     def get_queryset(self) -> QuerySet[WebhookReceipt]:

@@ -6,7 +6,6 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import generics, serializers
@@ -15,10 +14,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentplatform.api.errors import ProblemError
-from agentplatform.api.filters import RunFilter
+from agentplatform.api.filters import RunFilter, StrictFilterBackend
 from agentplatform.api.pagination import LimitOffsetPagination, SequenceCursorPagination
 from agentplatform.api.scoping import workspace_ids_for
 from agentplatform.api.selectors import run_budget_usage, run_current_step
+from agentplatform.api.strict import StrictInput, body_refuse
 from runs.models import Artifact, Run, RunEvent, Task, Workspace
 from runs.services import run_approve, run_cancel_request, run_reject, task_retry
 
@@ -77,7 +77,7 @@ class RunListApi(generics.ListAPIView):
 
     serializer_class = RunOutputSerializer
     pagination_class = LimitOffsetPagination
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [StrictFilterBackend]
     filterset_class = RunFilter
 
     def get_queryset(self) -> QuerySet[Run]:
@@ -218,7 +218,7 @@ _COMMAND_ERRORS = {409: None}
 class RunCancelApi(APIView):
     """Request cancellation; the run stops at its next check. 409 if it already ended."""
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictInput):
         reason = serializers.CharField(max_length=500, default="", allow_blank=True)
 
     @extend_schema(
@@ -239,7 +239,7 @@ class RunCancelApi(APIView):
         return _accepted(run, "cancellation requested")
 
 
-class ApprovalInputSerializer(serializers.Serializer):
+class ApprovalInputSerializer(StrictInput):
     comment = serializers.CharField(max_length=5000, default="", allow_blank=True)
 
 
@@ -294,6 +294,7 @@ class RunRetryApi(APIView):
         responses={202: CommandOutputSerializer, **_COMMAND_ERRORS},
     )
     def post(self, request: Request, pk: Any) -> Response:
+        body_refuse(request)
         run = _run_get(request, pk)
         new_run = task_retry(task=run.task, by=request.user.get_username())
         return _accepted(new_run, f"run {new_run.run_no} queued")

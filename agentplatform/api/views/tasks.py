@@ -5,21 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from agentplatform.api.filters import TaskFilter
+from agentplatform.api.filters import StrictFilterBackend, TaskFilter
 from agentplatform.api.pagination import LimitOffsetPagination
 from agentplatform.api.scoping import workspace_ids_for
 from agentplatform.api.selectors import submission_outcome
+from agentplatform.api.strict import StrictInput
 from runs.models import Repository, Task, Workspace
 from runs.services import Submission, task_submit
-
-BUDGET_KEYS = ("agent_attempts", "model_turns", "tool_retries", "wall_clock_seconds", "cost_usd")
 
 
 class TaskOutputSerializer(serializers.ModelSerializer):
@@ -62,10 +60,20 @@ def _tasks_visible(request: Request) -> QuerySet[Task]:
     )
 
 
+class TaskBudgetInputSerializer(StrictInput):
+    """Budget overrides of one task; a key left out keeps the platform's default."""
+
+    agent_attempts = serializers.FloatField(min_value=0, required=False)
+    model_turns = serializers.FloatField(min_value=0, required=False)
+    tool_retries = serializers.FloatField(min_value=0, required=False)
+    wall_clock_seconds = serializers.FloatField(min_value=0, required=False)
+    cost_usd = serializers.FloatField(min_value=0, required=False)
+
+
 class TaskCollectionApi(generics.ListAPIView):
     """List the caller's tasks (GET) or submit a new one (POST)."""
 
-    class CreateInputSerializer(serializers.Serializer):
+    class CreateInputSerializer(StrictInput):
         repository = serializers.PrimaryKeyRelatedField(
             queryset=Repository.objects.none(),
             help_text="Repository id; it decides the workspace of the task.",
@@ -78,10 +86,8 @@ class TaskCollectionApi(generics.ListAPIView):
         )
         target_branch = serializers.CharField(max_length=200, default="", allow_blank=True)
         priority = serializers.IntegerField(min_value=-100, max_value=100, default=0)
-        budget = serializers.DictField(
-            child=serializers.FloatField(min_value=0),
-            default=dict,
-            help_text=f"Overrides of the default budget; keys: {', '.join(BUDGET_KEYS)}.",
+        budget = TaskBudgetInputSerializer(
+            required=False, help_text="Overrides of the default budget; any key may be left out."
         )
         model_options = serializers.DictField(
             default=dict, help_text="Per-task model options (e.g. the scripted transcript)."
@@ -97,12 +103,6 @@ class TaskCollectionApi(generics.ListAPIView):
                     workspace_id__in=workspace_ids_for(user=request.user)
                 ).select_related("workspace")
 
-        def validate_budget(self, value: dict[str, float]) -> dict[str, float]:
-            unknown = sorted(set(value) - set(BUDGET_KEYS))
-            if unknown:
-                raise serializers.ValidationError(f"unknown budget keys: {', '.join(unknown)}")
-            return value
-
     class CreateOutputSerializer(serializers.Serializer):
         task_id = serializers.UUIDField()
         run_id = serializers.UUIDField(allow_null=True)
@@ -114,7 +114,7 @@ class TaskCollectionApi(generics.ListAPIView):
 
     serializer_class = TaskOutputSerializer
     pagination_class = LimitOffsetPagination
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [StrictFilterBackend]
     filterset_class = TaskFilter
 
     def get_queryset(self) -> QuerySet[Task]:
@@ -154,7 +154,7 @@ class TaskCollectionApi(generics.ListAPIView):
             task_type=data["task_type"],
             target_branch=data["target_branch"],
             priority=data["priority"],
-            budget=data["budget"],
+            budget=dict(data.get("budget") or {}),
             model_options=data["model_options"],
         )
         body = submission_outcome(submission=submission)

@@ -8,7 +8,6 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, serializers
 from rest_framework.exceptions import PermissionDenied
@@ -17,9 +16,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentplatform.api.auth import api_token_issue, api_token_revoke
-from agentplatform.api.filters import RepositoryFilter
+from agentplatform.api.filters import RepositoryFilter, StrictFilterBackend
 from agentplatform.api.pagination import LimitOffsetPagination
 from agentplatform.api.scoping import is_admin_of, request_user, workspace_ids_for
+from agentplatform.api.strict import StrictInput, StrictModelInput
 from runs.models import ApiToken, Membership, Repository, Workspace
 
 
@@ -63,10 +63,12 @@ def _workspaces_visible(request: Request) -> QuerySet[Workspace]:
 class WorkspaceCollectionApi(APIView):
     """The caller's workspaces (GET); staff create new ones (POST) and become admin."""
 
-    class CreateInputSerializer(serializers.ModelSerializer):
+    class CreateInputSerializer(StrictModelInput):
         class Meta:
             model = Workspace
             fields = ["slug", "name", "max_active_runs", "daily_cost_budget_usd"]
+            # 0 would hold every task of the workspace back forever.
+            extra_kwargs = {"max_active_runs": {"min_value": 1}}
 
     @extend_schema(operation_id="workspaces_list", responses=WorkspaceOutputSerializer(many=True))
     def get(self, request: Request) -> Response:
@@ -94,10 +96,11 @@ class WorkspaceCollectionApi(APIView):
 class WorkspaceDetailApi(APIView):
     """One workspace (GET, members); its admins change its name and limits (PATCH)."""
 
-    class UpdateInputSerializer(serializers.ModelSerializer):
+    class UpdateInputSerializer(StrictModelInput):
         class Meta:
             model = Workspace
             fields = ["name", "max_active_runs", "daily_cost_budget_usd"]
+            extra_kwargs = {"max_active_runs": {"min_value": 1}}
 
     def _get(self, request: Request, slug: str) -> Workspace:
         return get_object_or_404(_workspaces_visible(request), slug=slug)
@@ -137,7 +140,7 @@ class MembershipOutputSerializer(serializers.ModelSerializer):
 class WorkspaceMemberCollectionApi(APIView):
     """Members of a workspace (GET); admins add or change a member's role (POST)."""
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictInput):
         username = serializers.CharField(max_length=150)
         role = serializers.ChoiceField(
             choices=Membership.Role.choices, default=Membership.Role.MEMBER
@@ -171,7 +174,9 @@ class WorkspaceMemberCollectionApi(APIView):
             .first()
         )
         if user is None:
-            raise serializers.ValidationError({"username": ["no such active user"]})
+            raise serializers.ValidationError(
+                {"username": ["no such active user"]}, code="does_not_exist"
+            )
         membership, _ = Membership.objects.update_or_create(
             workspace=workspace,
             user=user,
@@ -224,7 +229,7 @@ class RepositoryOutputSerializer(serializers.ModelSerializer):
         return bool(repository.webhook_secret)
 
 
-class RepositoryWriteSerializer(serializers.ModelSerializer):
+class RepositoryWriteSerializer(StrictModelInput):
     webhook_secret = serializers.CharField(
         max_length=200, required=False, allow_blank=True, write_only=True
     )
@@ -249,6 +254,7 @@ class RepositoryWriteSerializer(serializers.ModelSerializer):
             "allowed_commands",
             "max_active_runs",
         ]
+        extra_kwargs = {"max_active_runs": {"min_value": 1}}
 
 
 def _local_clone_guard(request: Request, provider: str, clone_url: str | None) -> None:
@@ -283,7 +289,7 @@ class RepositoryCollectionApi(generics.ListAPIView):
 
     serializer_class = RepositoryOutputSerializer
     pagination_class = LimitOffsetPagination
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [StrictFilterBackend]
     filterset_class = RepositoryFilter
 
     def get_queryset(self) -> QuerySet[Repository]:
@@ -302,7 +308,9 @@ class RepositoryCollectionApi(generics.ListAPIView):
             slug=data.pop("workspace"), pk__in=workspace_ids_for(user=request.user)
         ).first()
         if workspace is None:
-            raise serializers.ValidationError({"workspace": ["no such workspace"]})
+            raise serializers.ValidationError(
+                {"workspace": ["no such workspace"]}, code="does_not_exist"
+            )
         _admin_required(request, workspace.pk)
         _local_clone_guard(
             request, data.get("provider", Repository.Provider.LOCAL), data.get("clone_url")
@@ -373,7 +381,7 @@ class TokenOutputSerializer(serializers.ModelSerializer):
 class TokenCollectionApi(APIView):
     """The caller's API tokens (GET); issue a new one (POST) — its secret is shown once."""
 
-    class CreateInputSerializer(serializers.Serializer):
+    class CreateInputSerializer(StrictInput):
         name = serializers.CharField(max_length=100, default="", allow_blank=True)
 
     class CreateOutputSerializer(TokenOutputSerializer):
