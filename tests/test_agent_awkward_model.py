@@ -10,7 +10,6 @@ and count every paid reply.
 from __future__ import annotations
 
 import json
-import sys
 from decimal import Decimal
 from typing import Any
 
@@ -120,7 +119,7 @@ TRANSCRIPT: list[tuple[int, dict[str, str], bytes]] = [
         {},
         _body(
             None,
-            [_call("run_command", {"command": f"{sys.executable} -m unittest -q"}, "c8")],
+            [_call("run_command", {"command": "python3 -m unittest -q"}, "c8")],
             usage=(1000, 20),
         ),
     ),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -37,7 +36,7 @@ def own_clone(tmp_path_factory, settings):
 def _toolbox(sandbox: LocalSandbox, **kwargs) -> Toolbox:
     policy = ToolPolicy(
         forbidden_paths=[".github/**", ".env*"],
-        allowed_commands=[sys.executable, "python", "pytest", "grep", "ls", "git"],
+        allowed_commands=["python3", "python", "pytest", "grep", "ls", "git"],
     )
     return Toolbox(sandbox, policy, **kwargs)
 
@@ -155,7 +154,7 @@ def test_run_command_with_cwd_and_non_zero_exit_is_information(own_clone):
 
     here = toolbox.execute(
         "run_command",
-        {"command": f"{sys.executable} -c 'import os; print(os.getcwd())'", "cwd": "runs"},
+        {"command": "python3 -c 'import os; print(os.getcwd())'", "cwd": "runs"},
     )
     failing = toolbox.execute("run_command", {"command": "grep -q no-such-text-anywhere README.md"})
 

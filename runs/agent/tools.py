@@ -333,8 +333,15 @@ class Toolbox:
     # --- helpers ----------------------------------------------------------------------
 
     def _git(self, *args: str) -> tuple[int, str]:
-        """A read-only git command of the platform's in the working copy."""
-        result = self.sandbox.git(*args, timeout=60)  # type: ignore[attr-defined]
+        """A read-only git command in the sandbox: the working copy's .git is the
+        agent's, so its configuration may be hostile and is only ever used inside."""
+        result = self.sandbox.run(
+            ["git", "--no-pager", "-c", "core.quotePath=false", *args],
+            timeout=60,
+            should_stop=self.should_stop,
+        )
+        if result.timed_out:
+            return 2, "timed out"
         return result.exit_code or 0, result.output
 
     def _files(self, path: str = ".") -> list[str]:

@@ -4,13 +4,14 @@ The same guarantees as GitHub's provider: every call is safe to repeat. The merg
 request is looked up by its source branch before one is created, and GitLab's refusal
 of a second open merge request for a branch (HTTP 409) is answered by looking it up
 again, so a crash or a lost answer after GitLab created it ends with the existing one
-reconciled, never a duplicate. The branch is pushed from a platform-owned scratch
-repository with the token in that one git process's environment (see
-``branch_push_isolated``); the API is called with a ``PRIVATE-TOKEN`` header.
+reconciled, never a duplicate. The branch is pushed by the platform's own git (see
+``GitProvider.branch_push``) with the credentials below; the API is called with a
+``PRIVATE-TOKEN`` header.
 """
 
 from __future__ import annotations
 
+import base64
 import random
 import re
 import time
@@ -20,9 +21,7 @@ from urllib.parse import quote, urlparse
 import httpx
 from django.conf import settings
 
-from runs.agent.sandbox import LocalSandbox
 from runs.gitproviders.base import GitProvider, GitProviderError, PullRequestInfo
-from runs.gitproviders.github import branch_push_isolated
 from runs.models import Repository
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -54,11 +53,12 @@ class GitLabProvider(GitProvider):
         self.token = settings.GITLAB_TOKEN if token is None else token
         self.backoff_seconds = backoff_seconds
 
-    def branch_push(self, *, repository: Repository, sandbox: LocalSandbox, branch: str) -> None:
-        # GitLab accepts a token as the password of HTTP basic auth, any user name.
-        branch_push_isolated(
-            sandbox=sandbox, url=repository.clone_url, branch=branch, token=self.token
-        )
+    def git_credentials(self, repository: Repository) -> tuple[dict[str, str], str]:
+        # GitLab takes a token as the password of HTTP basic auth with user "oauth2".
+        if not self.token:
+            return {}, ""
+        basic = base64.b64encode(f"oauth2:{self.token}".encode()).decode()
+        return {"http.extraHeader": f"Authorization: Basic {basic}"}, basic
 
     def _client(self) -> httpx.Client:
         headers = {"User-Agent": "agentplatform"}
