@@ -249,6 +249,9 @@ EVENT_STREAM_REDIS_URL = _env_value("EVENT_STREAM_REDIS_URL", str, REDIS_URL)
 # Outbox publish retries: exponential from the base, capped, with jitter.
 OUTBOX_RETRY_BASE_SECONDS = _env_value("OUTBOX_RETRY_BASE_SECONDS", float, 1.0)
 OUTBOX_RETRY_MAX_SECONDS = _env_value("OUTBOX_RETRY_MAX_SECONDS", float, 300.0)
+# Under load, a relay that finds new commits after draining looks again this much later,
+# so one task publishes the commits of the window together.
+OUTBOX_RELAY_COALESCE_SECONDS = _env_value("OUTBOX_RELAY_COALESCE_SECONDS", float, 0.2)
 # In-app event consumers (dotted paths to jobs.consumers.Consumer objects).
 EVENT_CONSUMERS = _env_value(
     "EVENT_CONSUMERS",

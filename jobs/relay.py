@@ -24,6 +24,7 @@ timelines, the in-app consumers (one Celery message per interested consumer, que
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import defaultdict
@@ -55,15 +56,100 @@ def run_channel(run_id: str) -> str:
     return f"{RUN_CHANNEL_PREFIX}{run_id}"
 
 
+# Wake-up coalescing (Redis keys next to the broker's): "pending" says rows were committed
+# since a relay last looked; "scheduled" says a relay task is queued or running and will
+# look again. Without them every commit that records events sent a relay task (dozens per
+# run), most of which found nothing left to publish.
+RELAY_PENDING_KEY = "agentplatform:relay:pending"
+RELAY_SCHEDULED_KEY = "agentplatform:relay:scheduled"
+# Longer than any wait in the events queue should be; if a relay message is lost (queue
+# purged, broker restarted) the next wake-up after this sends a new one, and the beat
+# sweep publishes meanwhile.
+RELAY_SCHEDULED_TTL_MS = 10_000
+
+
+def _coalescing_client() -> Any:
+    """The Redis holding the wake-up keys; None in embedded mode (no Redis there)."""
+    if settings.EMBEDDED:
+        return None
+    import redis
+
+    url = settings.REDIS_URL
+    key = f"coalesce:{url}"
+    client = _redis_clients.get(key)
+    if client is None:
+        client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+        _redis_clients[key] = client
+    return client
+
+
 def relay_wake(*, countdown: float | None = None) -> None:
-    """Ask a worker to publish pending events now (called on commit of new outbox rows)."""
+    """Ask a worker to publish pending events (called on commit of new outbox rows).
+
+    At most one relay task is queued or running at a time: a wake-up while one is makes
+    that relay look again when it finishes, so under load one task drains many commits.
+    """
     from jobs.tasks import outbox_relay
 
+    if countdown is None:
+        try:
+            client = _coalescing_client()
+            if client is not None:
+                pipe = client.pipeline(transaction=False)
+                pipe.set(RELAY_PENDING_KEY, 1, px=RELAY_SCHEDULED_TTL_MS)
+                pipe.set(RELAY_SCHEDULED_KEY, 1, nx=True, px=RELAY_SCHEDULED_TTL_MS)
+                if not pipe.execute()[1]:
+                    return
+        except Exception:  # no coalescing without Redis: send the task anyway
+            log.warning("relay.coalesce_failed", exc_info=True)
     try:
         # celery-stubs type countdown as float, but celery's own default is None.
         outbox_relay.apply_async(queue="events", countdown=countdown)  # type: ignore[arg-type]
     except Exception:  # the beat sweep publishes what this wake-up would have
         log.warning("relay.wake_failed", exc_info=True)
+
+
+def relay_wake_taken() -> None:
+    """A relay starts draining: commits from now on must make it (or another) look again."""
+    with contextlib.suppress(Exception):
+        client = _coalescing_client()
+        if client is not None:
+            client.delete(RELAY_PENDING_KEY)
+
+
+def relay_wake_done() -> None:
+    """A relay finished draining: look again after a short window if commits came meanwhile.
+
+    The window batches the commits of a busy system into one task; an idle system is
+    never kept waiting (its first wake-up sends a task at once).
+    """
+    try:
+        client = _coalescing_client()
+        if client is None:
+            return
+        if client.get(RELAY_PENDING_KEY):
+            client.pexpire(RELAY_SCHEDULED_KEY, RELAY_SCHEDULED_TTL_MS)
+            from jobs.tasks import outbox_relay
+
+            outbox_relay.apply_async(
+                queue="events", countdown=settings.OUTBOX_RELAY_COALESCE_SECONDS
+            )
+            return
+        client.delete(RELAY_SCHEDULED_KEY)
+        # A wake-up between the read above and the delete saw "scheduled" and sent
+        # nothing: it is this relay's to answer.
+        if client.get(RELAY_PENDING_KEY):
+            relay_wake()
+    except Exception:  # the beat sweep publishes whatever this misses
+        log.warning("relay.coalesce_failed", exc_info=True)
+
+
+def relay_wake_reset() -> None:
+    """Forget queued wake-ups (after purging the queues: no relay task is queued any more)."""
+    with contextlib.suppress(Exception):
+        client = _coalescing_client()
+        if client is not None:
+            client.delete(RELAY_PENDING_KEY, RELAY_SCHEDULED_KEY)
 
 
 # --- sinks ---------------------------------------------------------------------------------

@@ -17,9 +17,13 @@ def outbox_relay() -> int:
     """Drain the outbox; if a partition is backing off, wake again when it is due."""
     from django.utils import timezone
 
-    from jobs.relay import outbox_drain, relay_wake
+    from jobs.relay import outbox_drain, relay_wake, relay_wake_done, relay_wake_taken
 
-    report = outbox_drain()
+    relay_wake_taken()
+    try:
+        report = outbox_drain()
+    finally:
+        relay_wake_done()
     if report.retry_at is not None:
         delay = max(0.0, (report.retry_at - timezone.now()).total_seconds())
         relay_wake(countdown=delay + 0.05)

@@ -159,8 +159,10 @@ class WorkerProcess:
 def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     """Start real worker processes; all are stopped at teardown. Purges queues first."""
     from agentplatform.celery import app
+    from jobs.relay import relay_wake_reset
 
     app.control.purge()
+    relay_wake_reset()
     workers: list[WorkerProcess] = []
 
     def start(
@@ -174,6 +176,7 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     for worker in workers:
         worker.stop()
     app.control.purge()
+    relay_wake_reset()
 
 
 def wait_for(

@@ -1,0 +1,67 @@
+"""Relay wake-ups coalesce: one relay task queued or running, however many commits wake it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+
+import jobs.relay
+from jobs.relay import BatchReport, relay_wake, relay_wake_reset
+from jobs.tasks import outbox_relay
+
+pytestmark = pytest.mark.services
+
+
+@pytest.fixture
+def broker() -> Iterator[Any]:
+    from agentplatform.celery import app
+
+    app.control.purge()
+    relay_wake_reset()
+    yield redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    app.control.purge()
+    relay_wake_reset()
+
+
+def relay_messages(client: Any) -> int:
+    return sum(
+        json.loads(raw)["headers"]["task"] == "jobs.outbox_relay"
+        for raw in client.lrange("events", 0, -1)
+    )
+
+
+def test_a_burst_of_wakeups_sends_one_relay_task(broker: Any) -> None:
+    for _ in range(50):
+        relay_wake()
+    assert relay_messages(broker) == 1
+
+
+def test_a_finished_relay_lets_the_next_wakeup_through(broker: Any, db: Any) -> None:
+    relay_wake()
+    outbox_relay.run()  # drains nothing, finds no commit since it started
+    relay_wake()
+    assert relay_messages(broker) == 2
+
+
+def test_a_commit_during_the_drain_gets_a_follow_up_relay(
+    broker: Any, db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def drain_while_a_commit_lands(**kwargs: Any) -> BatchReport:
+        relay_wake()  # what the on-commit hook of a step does meanwhile
+        return BatchReport()
+
+    relay_wake()
+    monkeypatch.setattr(jobs.relay, "outbox_drain", drain_while_a_commit_lands)
+    outbox_relay.run()
+    # The wake-up during the drain sent nothing itself; the relay queued its follow-up.
+    assert relay_messages(broker) == 2
+    follow_up = json.loads(broker.lindex("events", 0))  # the newest message
+    assert follow_up["headers"]["eta"] is not None
+    # The follow-up holds the slot: more commits add no task.
+    relay_wake()
+    assert relay_messages(broker) == 2
