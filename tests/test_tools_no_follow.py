@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.agent import safefs
+from runs.agent import platform_git, safefs
 from runs.agent.sandbox import LocalSandbox
 from runs.agent.tools import Toolbox, ToolDenied, ToolPolicy
 
@@ -41,9 +41,11 @@ def hostile_checkout(tmp_path, settings, monkeypatch):
     _git(origin, "add", "-A")
     _git(origin, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "hostile")
 
+    git_dir = platform_git.repository_fetch(url=str(origin), dest=tmp_path / "platform.git")
     box = LocalSandbox("run-hostile")
     box.create()
-    _git(box.path, "clone", "-q", str(origin), ".")
+    box.git_dir, box.base_commit = git_dir, platform_git.commit_resolve(git_dir, "origin/main")
+    platform_git.worktree_create(git_dir=git_dir, workdir=box.path, commit=box.base_commit)
     assert (box.path / "pkg" / "env_link").is_symlink()
     return box, other
 
@@ -64,10 +66,10 @@ def test_search_does_not_follow_a_link_to_proc_environ(hostile_checkout):
     for pattern in ("GITHUB_TOKEN", "ghp_", "S3cr3t", "PATH="):
         result = _call(toolbox, "search", pattern=pattern)
         assert result.status == "completed"
-        assert "S3cr3t" not in result.output and "env_link" not in result.output
+        assert SECRET not in result.output and "env_link" not in result.output
 
     scoped = _call(toolbox, "search", pattern=".", path="pkg/env_link")
-    assert "S3cr3t" not in scoped.output and scoped.status == "denied"
+    assert "S3cr3t" not in scoped.output and "PATH=" not in scoped.output
     assert _call(toolbox, "search", pattern="return", path="pkg").output.startswith("pkg/code.py")
 
 
@@ -82,28 +84,38 @@ def test_read_file_refuses_links(hostile_checkout):
     assert "return a + b" in _call(toolbox, "read_file", path="./pkg//code.py").output
 
 
-def test_list_files_lists_no_link_and_does_not_descend_into_one(hostile_checkout):
+def test_list_files_does_not_descend_into_a_link(hostile_checkout):
     box, _ = hostile_checkout
     toolbox = _toolbox(box)
 
     listed = _call(toolbox, "list_files").output.splitlines()
 
-    assert listed == ["pkg/code.py"]
-    assert _call(toolbox, "list_files", path="neighbour").status == "denied"
+    # A link may be named, but nothing behind it is listed.
+    assert "pkg/code.py" in listed
+    assert not [p for p in listed if p.startswith(("neighbour/", "up/"))]
+    assert "private.txt" not in _call(toolbox, "list_files", path="neighbour").output
 
 
-def test_writes_replace_a_link_instead_of_writing_through_it(hostile_checkout):
+def test_writes_never_go_through_a_link(hostile_checkout):
     box, other = hostile_checkout
     toolbox = _toolbox(box)
 
-    written = _call(toolbox, "write_file", path="neighbour", content="mine\n")
+    onto = _call(toolbox, "write_file", path="neighbour", content="mine\n")
     through = _call(toolbox, "write_file", path="neighbour/private.txt", content="pwned\n")
     replaced = _call(toolbox, "replace_text", path="up/run-other/private.txt", old="o", new="0")
 
-    assert written.status == "completed"
+    assert {onto.status, through.status, replaced.status} == {"denied"}
+    assert (box.path / "neighbour").is_symlink()
+    assert (other.path / "private.txt").read_text() == "other tenant's code\n"
+
+
+def test_safefs_write_replaces_a_link_instead_of_writing_through_it(hostile_checkout):
+    box, other = hostile_checkout
+
+    safefs.write_text(box.path, "neighbour", "mine\n")
+
     assert not (box.path / "neighbour").is_symlink()
     assert (box.path / "neighbour").read_text() == "mine\n"
-    assert through.status != "completed" and replaced.status == "denied"
     assert (other.path / "private.txt").read_text() == "other tenant's code\n"
 
 

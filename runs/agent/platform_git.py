@@ -118,6 +118,37 @@ def git_environment(config: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def git_run(
+    *args: str,
+    git_dir: Path | None = None,
+    work_tree: Path | None = None,
+    index: Path | None = None,
+    stdin: bytes | None = None,
+    config: dict[str, str] | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run one platform git command with the clean environment; any exit code."""
+    env = git_environment(config)
+    if git_dir is not None:
+        env["GIT_DIR"] = str(git_dir)
+    if work_tree is not None:
+        env["GIT_WORK_TREE"] = str(work_tree)
+    if index is not None:
+        env["GIT_INDEX_FILE"] = str(index)
+    try:
+        return subprocess.run(
+            ["git", *args],
+            env=env,
+            cwd=str(work_tree or git_dir or "/"),
+            input=stdin,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise PlatformGitError(f"git {args[0]} timed out after {timeout:g}s") from exc
+
+
 def git(
     *args: str,
     git_dir: Path | None = None,
@@ -129,25 +160,15 @@ def git(
     secret: str = "",
 ) -> str:
     """Run one platform git command; its stdout, or PlatformGitError (secret redacted)."""
-    env = git_environment(config)
-    if git_dir is not None:
-        env["GIT_DIR"] = str(git_dir)
-    if work_tree is not None:
-        env["GIT_WORK_TREE"] = str(work_tree)
-    if index is not None:
-        env["GIT_INDEX_FILE"] = str(index)
-    try:
-        completed = subprocess.run(
-            ["git", *args],
-            env=env,
-            cwd=str(work_tree or git_dir or "/"),
-            input=stdin,
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise PlatformGitError(f"git {args[0]} timed out after {timeout:g}s") from exc
+    completed = git_run(
+        *args,
+        git_dir=git_dir,
+        work_tree=work_tree,
+        index=index,
+        stdin=stdin,
+        config=config,
+        timeout=timeout,
+    )
     if completed.returncode != 0:
         message = completed.stderr.decode("utf-8", "replace").strip()
         if secret:

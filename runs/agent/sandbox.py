@@ -138,8 +138,10 @@ class LocalSandbox(Sandbox):
         self.backend = backend or backend_get()
         # Working-copy-relative path -> host directory mounted read-only (setup cache).
         self.readonly_mounts: dict[str, Path] = {}
-        # The platform-owned repository the working copy was made from (platform_git).
+        # The platform-owned repository the working copy was made from (platform_git),
+        # and the commit it was made from.
         self.git_dir: Path | None = None
+        self.base_commit: str | None = None
 
     def exists(self) -> bool:
         return self.path.is_dir()
