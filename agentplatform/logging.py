@@ -169,6 +169,11 @@ class StructuredFormatter(structlog.stdlib.ProcessorFormatter):
                 redact_processor,
                 renderer,
             ],
-            foreign_pre_chain=[*_SHARED_PROCESSORS, _stringify_foreign],
+            # ExtraAdder: a standard-library record's ``extra={...}`` fields become keys.
+            foreign_pre_chain=[
+                *_SHARED_PROCESSORS,
+                structlog.stdlib.ExtraAdder(),
+                _stringify_foreign,
+            ],
             **kwargs,
         )

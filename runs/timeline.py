@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
+from structlog.contextvars import bind_contextvars, get_contextvars
 
 from agentplatform.metrics import events_observe
 from jobs.models import OutboxEvent
@@ -144,6 +145,11 @@ def events_record(
         )
     RunEvent.objects.bulk_create(recorded)
     OutboxEvent.objects.bulk_create(outbox)
+    # A request acting on one task (a submission, a command): its later lines say which.
+    # Sweeps touch many tasks and bind per run themselves.
+    bound = get_contextvars()
+    if "request_id" in bound and bound.get("task_id") in (None, str(task.id)):
+        bind_contextvars(workspace_id=task.workspace_id, task_id=str(task.id))
     transaction.on_commit(partial(events_observe, task, run, pending), robust=True)
     transaction.on_commit(_wake_relay)
     if run is not None and not settings.EMBEDDED:

@@ -140,7 +140,7 @@ def test_requests_log_4xx_at_info_and_5xx_at_error_with_the_request_id(client, j
 
 
 @pytest.mark.django_db
-def test_api_request_trace_reaches_the_task_and_its_events(workspace):
+def test_api_request_trace_reaches_the_task_and_its_events(workspace, json_log):
     user = UserFactory()
     Membership.objects.create(workspace=workspace, user=user, role=Membership.Role.MEMBER)
     api = APIClient()
@@ -153,6 +153,9 @@ def test_api_request_trace_reaches_the_task_and_its_events(workspace):
         HTTP_TRACEPARENT=INCOMING,
     )
     assert response.status_code == 202, response.content
+    (line,) = [line for line in json_log() if line["event"] == "http.response"]
+    assert line["workspace_id"] == workspace.pk
+    assert line["trace_id"] == INCOMING.split("-")[1]
     task = Task.objects.get()
     assert tracing.trace_id_of(task.traceparent) == INCOMING.split("-")[1]
     payloads = [row.payload for row in OutboxEvent.objects.filter(payload__taskid=str(task.id))]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import structlog
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from rest_framework.exceptions import NotAuthenticated
@@ -46,6 +47,8 @@ def role_in(*, user: Any, workspace_id: int) -> str | None:
     """The caller's role in a workspace, or None when not a member."""
     if user is None or not user.is_authenticated:
         return None
+    # The request acts in this workspace: its later log lines say so.
+    structlog.contextvars.bind_contextvars(workspace_id=workspace_id)
     return (
         Membership.objects.filter(user=user, workspace_id=workspace_id)
         .values_list("role", flat=True)
