@@ -9,7 +9,9 @@ and count every paid reply.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -21,6 +23,14 @@ from runs.services import task_submit
 from tests.test_provider_openai_chat import ChatCompletionsServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def driven_inline(monkeypatch):
+    """These runs are driven in this process with test-only profiles; no wake-up message
+    may reach a worker process elsewhere, which would not know those profiles."""
+    monkeypatch.setattr("runs.dispatch.run_wake", lambda **kwargs: None)
+
 
 FIX = {"path": "calc/core.py", "old": "return a - b", "new": "return a + b"}
 
@@ -128,8 +138,10 @@ TRANSCRIPT: list[tuple[int, dict[str, str], bytes]] = [
 PAID_REPLIES = sum(1 for status, _, _ in TRANSCRIPT if status == 200)
 
 
-@pytest.fixture
-def awkward_server(settings):
+@contextlib.contextmanager
+def awkward_profile(settings: Any) -> Iterator[ChatCompletionsServer]:
+    """The transcript's server, and profile "awkward" pointing at it."""
+
     def respond(body: dict[str, Any], n: int) -> tuple[int, dict[str, str], bytes]:
         if n > len(TRANSCRIPT):
             return 200, {}, _body(None, [_call("finish", {}, f"extra{n}")])
@@ -146,6 +158,12 @@ def awkward_server(settings):
             },
         }
         settings.OPENAI_RETRY_BACKOFF_SECONDS = 0.01
+        yield server
+
+
+@pytest.fixture
+def awkward_server(settings):
+    with awkward_profile(settings) as server:
         yield server
 
 

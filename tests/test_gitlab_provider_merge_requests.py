@@ -20,6 +20,13 @@ from runs.models import Repository
 TOKEN = "glpat-" + "t" * 20
 
 
+@pytest.fixture(autouse=True)
+def driven_inline(monkeypatch):
+    """Runs here are driven in this process against the local GitLab; no wake-up message
+    may reach a worker process elsewhere, which would not know its address."""
+    monkeypatch.setattr("runs.dispatch.run_wake", lambda **kwargs: None)
+
+
 class FakeGitLab:
     """Just enough of GitLab's API v4: list, create and update merge requests."""
 

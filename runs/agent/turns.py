@@ -25,7 +25,7 @@ from runs.agent.tools import tool_call_problem
 from runs.engine import StepContext, StepFailed, TransientStepError
 from runs.models import ModelTurn, Run
 from runs.providers import ModelReply, provider_for_profile
-from runs.providers.base import ContextLengthExceeded, ModelError
+from runs.providers.base import ContextLengthExceeded, ModelError, ReplayDiverged
 
 PROBLEM_EVENT = "agent.model.error"
 
@@ -91,6 +91,8 @@ def turn_obtain(
         if condense_on_refusal:
             raise
         raise StepFailed("context_exhausted", str(exc)) from exc
+    except ReplayDiverged as exc:
+        raise StepFailed("replay_diverged", str(exc)) from exc
     except ModelError as exc:
         if exc.retryable:
             raise TransientStepError(str(exc)) from exc

@@ -15,6 +15,13 @@ class ModelError(Exception):
         self.retryable = retryable
 
 
+class ReplayDiverged(ModelError):
+    """A replayed run sent a request that differs from the recorded one."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
+
+
 class ContextLengthExceeded(ModelError):
     """The endpoint refused the request because it does not fit the model's window."""
 

@@ -215,7 +215,9 @@ def _assistant_message(reply: ModelReply, call_ids: list[str]) -> dict[str, Any]
                 "type": "function",
                 "function": {
                     "name": c.name,
-                    "arguments": c.raw_arguments if c.error else json.dumps(c.arguments),
+                    "arguments": (
+                        c.raw_arguments if c.error else json.dumps(c.arguments, sort_keys=True)
+                    ),
                 },
             }
             for call_id, c in zip(call_ids, reply.tool_calls, strict=True)
