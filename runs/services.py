@@ -90,6 +90,8 @@ def _run_start(*, task: Task, feedback: str = "", actor: str = "") -> Run:
         status=Task.Status.RUNNING, status_reason="", updated_at=timezone.now()
     )
     task.status = Task.Status.RUNNING
+    # Registered first, so the run's wake-up is the first thing sent on commit.
+    dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
     events_record(
         task=task,
         run=run,
@@ -98,7 +100,6 @@ def _run_start(*, task: Task, feedback: str = "", actor: str = "") -> Run:
             PendingEvent("agent.run.queued", {"run_no": run_no, "followup": bool(feedback)}, actor),
         ],
     )
-    dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
     return run
 
 
