@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from django import forms
 from django.conf import settings
 from django.contrib import admin
 from django.core.cache import cache
@@ -28,6 +29,7 @@ from django.views.decorators.http import require_POST
 
 from jobs.admin import OperatorAdmin, age_text, is_operator, pretty_json, since
 from runs import services
+from runs.agent.budget import budget_used
 from runs.models import (
     ApiToken,
     Artifact,
@@ -155,6 +157,42 @@ class RunInline(admin.TabularInline):
         return super().get_queryset(request).defer("checkpoint", "failure_detail", "feedback")
 
 
+class TaskSubmitForm(forms.ModelForm):
+    """What an operator may ask for: the same inputs as the API, nothing internal."""
+
+    agent_attempts = forms.IntegerField(min_value=1, required=False, help_text="default budget")
+    model_turns = forms.IntegerField(min_value=1, required=False, help_text="default budget")
+    cost_usd = forms.FloatField(min_value=0, required=False, help_text="default budget")
+    wall_clock_seconds = forms.IntegerField(min_value=1, required=False, help_text="default")
+
+    BUDGET_FIELDS = ("agent_attempts", "model_turns", "cost_usd", "wall_clock_seconds")
+
+    class Meta:
+        model = Task
+        fields = (
+            "repository",
+            "instruction",
+            "task_type",
+            "execution_mode",
+            "risk_level",
+            "target_branch",
+            "priority",
+        )
+
+    def clean_priority(self) -> int:
+        priority = self.cleaned_data["priority"]
+        if not -100 <= priority <= 100:
+            raise forms.ValidationError("between -100 and 100")
+        return int(priority)
+
+    def budget(self) -> dict[str, float]:
+        return {
+            name: self.cleaned_data[name]
+            for name in self.BUDGET_FIELDS
+            if self.cleaned_data.get(name) is not None
+        }
+
+
 @admin.register(Task)
 class TaskAdmin(OperatorAdmin):
     list_display = (
@@ -177,6 +215,63 @@ class TaskAdmin(OperatorAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).defer("model_options", "pending_feedback")
+
+    # --- adding: through the submission service, like the API ----------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return self.has_operate_permission(request) or request.user.is_superuser
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # A task is what was asked; it changes only through commands (retry, cancel).
+        return False
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any):  # type: ignore[override]
+        if obj is None:
+            kwargs["form"] = TaskSubmitForm
+            kwargs["fields"] = None
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            return [
+                (None, {"fields": TaskSubmitForm.Meta.fields}),
+                ("Budget", {"fields": TaskSubmitForm.BUDGET_FIELDS}),
+            ]
+        return super().get_fieldsets(request, obj)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            return ()
+        return [field.name for field in Task._meta.fields]
+
+    def save_model(self, request: HttpRequest, obj: Task, form: Any, change: bool) -> None:
+        if change:
+            return
+        submission = services.task_submit(
+            workspace=form.cleaned_data["repository"].workspace,
+            repository=form.cleaned_data["repository"],
+            instruction=form.cleaned_data["instruction"],
+            source=Task.Source.ADMIN,
+            requested_by=request.user.get_username(),
+            execution_mode=form.cleaned_data["execution_mode"],
+            risk_level=form.cleaned_data["risk_level"],
+            task_type=form.cleaned_data["task_type"] or "change",
+            target_branch=form.cleaned_data["target_branch"] or "",
+            priority=form.cleaned_data["priority"],
+            budget=form.budget(),
+        )
+        # The admin logs and redirects to ``obj``: make it the task the service created.
+        obj.pk = submission.task.pk
+        obj.status = submission.task.status
+        self.message_user(
+            request,
+            f"Task {submission.task.status}"
+            + (f": {submission.task.status_reason}" if submission.task.status_reason else ""),
+        )
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        if change:
+            super().save_related(request, form, formsets, change)
 
     @admin.display(description="instruction")
     def short_instruction(self, obj: Task) -> str:
@@ -262,7 +357,7 @@ class RunAdmin(OperatorAdmin):
         "age",
         "in_state",
         "heartbeat",
-        "attempts",
+        "retries_col",
         "cost",
         "failure_reason",
     )
@@ -390,9 +485,11 @@ class RunAdmin(OperatorAdmin):
             )
         return format_html("{} · lease {} left", beat, age_text(left))
 
-    @admin.display(description="attempts")
-    def attempts(self, obj: Run) -> str:
-        return f"{obj.attempt} (rec {obj.recoveries}, retry {obj.retries})"
+    @admin.display(description="recoveries / retries")
+    def retries_col(self, obj: Run) -> str:
+        # Not the lease generation (``attempt``): that counts every lease taken, one per
+        # step, and says nothing about trouble.
+        return f"{obj.recoveries} / {obj.retries}"
 
     @admin.display(description="cost", ordering="cost_usd")
     def cost(self, obj: Run) -> str:
@@ -676,7 +773,7 @@ def run_budgets(run: Run) -> list[Budget]:
         Budget("model turns", float(turns), task.budget_limit("model_turns")),
         Budget(
             "agent attempts",
-            float(checkpoint.get("attempt_no", 1 if run.started_at else 0)),
+            budget_used(task=task, run=run, name="agent_attempts"),
             task.budget_limit("agent_attempts"),
         ),
         Budget(

@@ -28,7 +28,7 @@ from django.utils import timezone
 from agentplatform import observability
 from runs import dispatch
 from runs.logs import log
-from runs.models import Run, Task
+from runs.models import PullRequest, Run, Task
 from runs.state import ACTIVE, STEPPABLE, TERMINAL, transition_check
 from runs.timeline import PendingEvent, events_record
 
@@ -344,6 +344,8 @@ def step_commit(ctx: StepContext, outcome: Outcome) -> str:
             raise LeaseLost(f"lease on run {run.id} lost before commit")
         for write in ctx._commit_writes:
             write()
+        if target is not None and target not in TERMINAL:
+            _task_status_follow(ctx.task, source=source, target=target)
         events = list(ctx.events)
         if target is not None:
             run.status = target
@@ -386,6 +388,16 @@ def _terminal_events(ctx: StepContext, target: str, outcome: Outcome) -> list[Pe
     wall = (timezone.now() - (run.started_at or run.created_at)).total_seconds()
     usage = dict(task.usage or {})
     usage["wall_clock_seconds"] = float(usage.get("wall_clock_seconds", 0)) + wall
+    if target != S.COMPLETED and _delivered_before(task, run):
+        # A retry of a task that already delivered: its failure ends this run, not the
+        # task, whose pull request is still open and still what it delivered.
+        Task.objects.filter(pk=task.pk).update(
+            status=Task.Status.COMPLETED,
+            status_reason=f"run {run.run_no} {target}: {outcome.reason or target}",
+            usage=usage,
+            updated_at=timezone.now(),
+        )
+        return [PendingEvent(TERMINAL_RUN_EVENT[target], data)]
     Task.objects.filter(pk=task.pk).update(
         status=TERMINAL_TASK_STATUS[target],
         status_reason=outcome.reason if target != S.COMPLETED else "",
@@ -396,6 +408,27 @@ def _terminal_events(ctx: StepContext, target: str, outcome: Outcome) -> list[Pe
         PendingEvent(TERMINAL_RUN_EVENT[target], data),
         PendingEvent(TERMINAL_TASK_EVENT[target], data),
     ]
+
+
+def _delivered_before(task: Task, run: Run) -> bool:
+    """Whether an earlier run of the task completed and its pull request is still open."""
+    return (
+        Run.objects.filter(task=task, status=S.COMPLETED, run_no__lt=run.run_no).exists()
+        and PullRequest.objects.filter(task=task, state=PullRequest.State.OPEN).exists()
+    )
+
+
+def _task_status_follow(task: Task, *, source: str, target: str) -> None:
+    """The task says when it waits for a person, and when it runs again."""
+    if target == S.AWAITING_APPROVAL:
+        status = Task.Status.AWAITING_APPROVAL
+    elif source == S.AWAITING_APPROVAL or source == S.QUEUED:
+        status = Task.Status.RUNNING
+    else:
+        return
+    Task.objects.filter(pk=task.pk).exclude(status=status).update(
+        status=status, updated_at=timezone.now()
+    )
 
 
 def _after_terminal(run_id: uuid.UUID) -> None:

@@ -137,6 +137,7 @@ class Task(models.Model):
         QUEUED = "queued"
         DEFERRED = "deferred"
         RUNNING = "running"
+        AWAITING_APPROVAL = "awaiting_approval"
         COMPLETED = "completed"
         FAILED = "failed"
         CANCELLED = "cancelled"
@@ -162,7 +163,7 @@ class Task(models.Model):
     model_options = models.JSONField(default=dict, blank=True)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
     request_fingerprint = models.CharField(max_length=64, blank=True)
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    status = models.CharField(max_length=32, choices=Status.choices, default=Status.QUEUED)
     status_reason = models.CharField(max_length=500, blank=True)
     # Cumulative over every run of the task (follow-ups included): never reset.
     usage = models.JSONField(default=dict, blank=True)
@@ -232,7 +233,9 @@ class Run(models.Model):
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
-    attempt = models.PositiveIntegerField(default=0)
+    # The lease generation: +1 each time a worker takes the lease (once per step), so it
+    # counts leases, not agent attempts (those are the run's patches).
+    attempt = models.PositiveIntegerField(default=0, verbose_name="lease generation")
     recoveries = models.PositiveIntegerField(default=0)
     retries = models.PositiveIntegerField(default=0)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)

@@ -8,6 +8,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from jobs.models import OutboxEvent
+from runs.agent.budget import budget_used
 from runs.models import Run, RunEvent, Task
 from runs.services import Submission
 from runs.state import TERMINAL
@@ -71,7 +72,8 @@ def run_budget_usage(*, run: Run) -> dict[str, Any]:
     used = {
         "cost_usd": float(usage.get("cost_usd", 0)) + float(run.cost_usd),
         "model_turns": float(turns),
-        "agent_attempts": float(checkpoint.get("attempt_no", 1 if run.started_at else 0)),
+        # As enforced: the patches the agent produced, so setup failures count none.
+        "agent_attempts": budget_used(task=task, run=run, name="agent_attempts"),
         "tool_retries": float(checkpoint.get("tool_failures", 0)),
         "wall_clock_seconds": float(usage.get("wall_clock_seconds", 0)) + wall,
     }
@@ -86,7 +88,8 @@ def run_current_step(*, run: Run) -> dict[str, Any]:
         "lease_owner": run.lease_owner or None,
         "lease_until": run.lease_until,
         "heartbeat_at": run.heartbeat_at,
-        "attempt": run.attempt,
+        "lease_generation": run.attempt,
+        "agent_attempts": run.patches.count(),
         "recoveries": run.recoveries,
         "retries": run.retries,
         "cancel_requested_at": run.cancel_requested_at,

@@ -42,6 +42,12 @@ class RunOutputSerializer(serializers.ModelSerializer):
     workspace: serializers.SlugRelatedField[Workspace] = serializers.SlugRelatedField(
         source="task.workspace", slug_field="slug", read_only=True
     )
+    lease_generation = serializers.IntegerField(
+        source="attempt",
+        read_only=True,
+        help_text="How many times a worker took the run's lease (the fencing token); "
+        "not a count of agent attempts.",
+    )
 
     class Meta:
         model = Run
@@ -53,7 +59,7 @@ class RunOutputSerializer(serializers.ModelSerializer):
             "status",
             "status_changed_at",
             "step_no",
-            "attempt",
+            "lease_generation",
             "recoveries",
             "retries",
             "branch",
@@ -99,7 +105,11 @@ class RunDetailApi(APIView):
             lease_owner = serializers.CharField(allow_null=True)
             lease_until = serializers.DateTimeField(allow_null=True)
             heartbeat_at = serializers.DateTimeField(allow_null=True)
-            attempt = serializers.IntegerField()
+            lease_generation = serializers.IntegerField()
+            agent_attempts = serializers.IntegerField(
+                help_text="Patches the agent produced in this run (its first try and each "
+                "retry with feedback). Setup failures such as a failed clone are none."
+            )
             recoveries = serializers.IntegerField()
             retries = serializers.IntegerField()
             cancel_requested_at = serializers.DateTimeField(allow_null=True)
