@@ -236,6 +236,13 @@ SANDBOX_ROOT = Path(_env_value("SANDBOX_ROOT", str, str(VAR_DIR / "sandboxes")))
 # bubblewrap (contains; the default), process (development only: refused in production
 # mode by a system check) or the dotted path of a runs.agent.backends.SandboxBackend.
 SANDBOX_BACKEND = _env_value("SANDBOX_BACKEND", str, "bubblewrap")
+# Directories under which staff may register local (on-disk) repositories; the embedded
+# mode's demo repositories live under var/.
+LOCAL_REPOSITORY_ROOTS = _env_value(
+    "LOCAL_REPOSITORY_ROOTS", list, [str(VAR_DIR)] if EMBEDDED else []
+)
+# When set, clone URLs must name one of these hosts.
+REPOSITORY_HOST_ALLOWLIST = _env_value("REPOSITORY_HOST_ALLOWLIST", list, [])
 # The platform's own git repositories (never mounted into a sandbox).
 PLATFORM_GIT_ROOT = Path(_env_value("PLATFORM_GIT_ROOT", str, str(VAR_DIR / "platform-git")))
 COMMAND_TIMEOUT_SECONDS = _env_value("COMMAND_TIMEOUT_SECONDS", int, 300)

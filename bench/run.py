@@ -131,6 +131,8 @@ def bench_environment() -> dict[str, str]:
         LOG_LEVEL=os.environ.get("BENCH_LOG_LEVEL", "INFO"),
         PYTHONPATH=str(ROOT),
         AGENTPLATFORM_VAR_DIR=tempfile.mkdtemp(prefix="agentplatform-bench-"),
+        # The bench's sample repositories live in temporary directories.
+        LOCAL_REPOSITORY_ROOTS=tempfile.gettempdir(),
     )
     env.setdefault("CELERY_BROKER_URL", env["REDIS_URL"])
     return env

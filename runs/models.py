@@ -114,6 +114,17 @@ class Repository(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        """The admin is staff only: staff rules for the clone URL (runs/repositories)."""
+        from django.core.exceptions import ValidationError
+
+        from runs.repositories import CloneUrlRefused, clone_url_check
+
+        try:
+            clone_url_check(self.clone_url, staff=True)
+        except CloneUrlRefused as exc:
+            raise ValidationError({"clone_url": str(exc)}) from exc
+
 
 class Task(models.Model):
     """What was asked. Runs are attempts at it."""

@@ -15,6 +15,8 @@ os.environ.setdefault("SECRET_KEY", "test-secret-key-that-is-long-enough-for-the
 os.environ.setdefault("RUN_LEASE_SECONDS", "3")
 os.environ.setdefault("RUN_STALL_SECONDS", "5")
 os.environ.setdefault("AGENTPLATFORM_VAR_DIR", tempfile.mkdtemp(prefix="agentplatform-test-"))
+# The tests' sample repositories live in temporary directories.
+os.environ.setdefault("LOCAL_REPOSITORY_ROOTS", tempfile.gettempdir())
 
 from agentplatform.settings import *  # noqa: F403
 

@@ -21,8 +21,13 @@ __all__ = ["Diff", "workspace_clone", "workspace_diff", "workspace_ensure", "wor
 def platform_repository(run: Run) -> Path:
     """The run's platform-owned repository on this host, fetched from the origin once."""
     from runs.gitproviders import git_provider_for
+    from runs.repositories import CloneUrlRefused, clone_url_check_before_clone
 
     repository = run.task.repository
+    try:
+        clone_url_check_before_clone(repository.clone_url)
+    except CloneUrlRefused as exc:
+        raise platform_git.PlatformGitError(f"clone URL refused: {exc}") from exc
     provider = git_provider_for(repository.provider)
     config, secret = provider.git_credentials(repository)
     return platform_git.repository_fetch(

@@ -14,7 +14,6 @@ import hashlib
 import hmac
 import io
 import json
-import sys
 import threading
 import uuid
 from collections.abc import Iterable
@@ -77,8 +76,8 @@ def scope_create(stack: Stack, slug: str, *, max_active_runs: int = 1000) -> Sco
         workspace=workspace,
         name="calc",
         clone_url=str(demo.sample_repository_create(origin / "local")),
-        test_command=demo.test_command(sys.executable),
-        allowed_commands=demo.allowed_commands(sys.executable),
+        test_command=demo.test_command(),
+        allowed_commands=demo.allowed_commands(),
         max_active_runs=max_active_runs,
     )
     github_name = f"chaos/{slug}"
@@ -88,8 +87,8 @@ def scope_create(stack: Stack, slug: str, *, max_active_runs: int = 1000) -> Sco
         provider=Repository.Provider.GITHUB,
         external_id=github_name,
         clone_url=str(demo.sample_repository_create(origin / "github")),
-        test_command=demo.test_command(sys.executable),
-        allowed_commands=demo.allowed_commands(sys.executable),
+        test_command=demo.test_command(),
+        allowed_commands=demo.allowed_commands(),
         webhook_secret=WEBHOOK_SECRET,
         max_active_runs=max_active_runs,
     )

@@ -74,6 +74,7 @@ class Stack:
             "SECRET_KEY": "chaos-secret-key-long-enough-for-the-production-check-0123456789",
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "AGENTPLATFORM_VAR_DIR": str(self.root / "var"),
+            "LOCAL_REPOSITORY_ROOTS": str(self.root),
             "RUN_LEASE_SECONDS": str(LEASE_SECONDS),
             "RUN_STALL_SECONDS": str(STALL_SECONDS),
             "GITHUB_API_URL": self.github.url,

@@ -21,6 +21,7 @@ from agentplatform.api.pagination import LimitOffsetPagination
 from agentplatform.api.scoping import is_admin_of, request_user, workspace_ids_for
 from agentplatform.api.strict import StrictInput, StrictModelInput
 from runs.models import ApiToken, Membership, Repository, Workspace
+from runs.repositories import CloneUrlRefused, clone_url_check
 
 
 def _admin_required(request: Request, workspace_id: int) -> None:
@@ -258,16 +259,14 @@ class RepositoryWriteSerializer(StrictModelInput):
 
 
 def _local_clone_guard(request: Request, provider: str, clone_url: str | None) -> None:
-    # A local clone URL is a path on the platform's own disk; letting any workspace
-    # admin choose one would let them read another tenant's repository.
-    if (
-        provider == Repository.Provider.LOCAL
-        and clone_url is not None
-        and not request.user.is_staff
-    ):
-        raise serializers.ValidationError(
-            {"clone_url": ["only staff may register a local (on-disk) repository"]}
-        )
+    # Whatever the provider: a clone URL that is a path on the platform's own disk would
+    # let a workspace admin read another tenant's repository (runs/repositories.py).
+    if clone_url is None:
+        return
+    try:
+        clone_url_check(clone_url, staff=bool(request.user.is_staff))
+    except CloneUrlRefused as exc:
+        raise serializers.ValidationError({"clone_url": [str(exc)]}) from exc
 
 
 def _repositories_visible(request: Request) -> QuerySet[Repository]:
