@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from tests.chaos.scenarios import FULL, LIGHT, LIGHT_SCENARIOS, SCENARIOS, Harness, Result
 from tests.chaos.stack import FOREIGN, Stack
@@ -53,8 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--keep", action="store_true", help="keep logs and data")
+    parser.add_argument("--burst", type=int, help="submissions in the burst scenario")
     args = parser.parse_args(argv)
     profile = LIGHT if args.light else FULL
+    if args.burst:
+        profile = replace(profile, burst=max(args.burst, profile.burst_run))
     names = args.scenario or (LIGHT_SCENARIOS if args.light else list(SCENARIOS))
 
     stack = Stack(keep=args.keep)

@@ -223,9 +223,8 @@ class Stack:
             remove_tree(self.root)
 
 
-def short_fix_script(python: str | None = None) -> dict[str, Any]:
+def short_fix_script(python: str = "python3") -> dict[str, Any]:
     """The scripted agent the load uses: fix add(), run the tests, finish."""
-    python = python or sys.executable
     return {
         "plan": "Fix add() in calc/core.py and run the tests.",
         "turns": [
