@@ -248,6 +248,9 @@ PLATFORM_GIT_ROOT = Path(_env_value("PLATFORM_GIT_ROOT", str, str(VAR_DIR / "pla
 COMMAND_TIMEOUT_SECONDS = _env_value("COMMAND_TIMEOUT_SECONDS", int, 300)
 COMMAND_OUTPUT_LIMIT_BYTES = _env_value("COMMAND_OUTPUT_LIMIT_BYTES", int, 256 * 1024)
 APPROVAL_TTL_SECONDS = _env_value("APPROVAL_TTL_SECONDS", int, 7 * 24 * 3600)
+# A patch that edits or deletes tests, or removes assertions, waits for a human even in
+# autonomous mode (judge finding tests_modified).
+TESTS_MODIFIED_REQUIRES_APPROVAL = _env_value("TESTS_MODIFIED_REQUIRES_APPROVAL", bool, True)
 EVENT_SOURCE = _env_value("EVENT_SOURCE", str, "/agentplatform")
 EVENT_STREAM_NAME = _env_value("EVENT_STREAM_NAME", str, "agent.events.v1")
 EVENT_STREAM_MAXLEN = _env_value("EVENT_STREAM_MAXLEN", int, 100_000)

@@ -23,6 +23,68 @@ SECRET_RULES: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
+# Where tests live, by the conventions of the common test runners.
+TEST_PATH_PATTERNS = (
+    "test/*",
+    "tests/*",
+    "*/test/*",
+    "*/tests/*",
+    "spec/*",
+    "*/spec/*",
+    "__tests__/*",
+    "*/__tests__/*",
+    "test_*.py",
+    "*/test_*.py",
+    "*_test.py",
+    "*_test.go",
+    "*Test.java",
+    "*Tests.java",
+    "*.test.[jt]s",
+    "*.test.[jt]sx",
+    "*.spec.[jt]s",
+    "*.spec.[jt]sx",
+    "*_spec.rb",
+    "conftest.py",
+    "*/conftest.py",
+)
+ASSERTION = re.compile(
+    r"\b(assert\w*|expect|should|must|verify|require\.\w+|t\.(Error|Fatal)\w*)\b|@Test|pytest\.raises"
+)
+
+
+def is_test_path(path: str) -> bool:
+    return any(fnmatch.fnmatchcase(path, pattern) for pattern in TEST_PATH_PATTERNS)
+
+
+def weakened_tests(diff_text: str) -> dict[str, Any] | None:
+    """The ``tests_modified`` finding when the patch edits or deletes an existing test
+    file, or removes an assertion anywhere; new test files alone are not a finding."""
+    changed: list[str] = []
+    removed_assertions = 0
+    path = ""
+    new_file = False
+    for line in diff_text.splitlines():
+        if line.startswith("diff --git "):
+            path, new_file = line.split(" b/", 1)[-1], False
+        elif line.startswith("new file mode"):
+            new_file = True
+        elif line.startswith("--- ") or line.startswith("+++ "):
+            continue
+        elif line.startswith(("-", "+")) and not new_file:
+            if is_test_path(path) and path not in changed:
+                changed.append(path)
+            if line.startswith("-") and ASSERTION.search(line):
+                removed_assertions += 1
+    if not changed and not removed_assertions:
+        return None
+    return {
+        "rule": "tests_modified",
+        "severity": "flag",
+        "paths": changed,
+        "removed_assertions": removed_assertions,
+    }
+
+
 @dataclass
 class Verdict:
     verdict: str  # accept | revise | block
@@ -64,13 +126,18 @@ def judge_rules(
     for name, secret in SECRET_RULES:
         if secret.search(added):
             findings.append({"rule": "secret", "severity": "block", "kind": name})
+    weakened = weakened_tests(diff_text)
+    if weakened:
+        # Not a verdict on its own: a patch may rightly change a test. Policy decides
+        # whether a human must look (see TESTS_MODIFIED_REQUIRES_APPROVAL).
+        findings.append(weakened)
     if scope:
         outside = [f for f in files if not any(fnmatch.fnmatchcase(f, g) for g in scope)]
         if outside:
             findings.append({"rule": "out_of_scope", "severity": "revise", "paths": outside})
     if any(f["severity"] == "block" for f in findings):
         return Verdict("block", findings)
-    if findings:
+    if any(f["severity"] == "revise" for f in findings):
         return Verdict("revise", findings)
     return Verdict("accept", findings)
 

@@ -96,7 +96,12 @@ def step_judging(ctx: StepContext) -> Outcome:
             reason="judge_revise",
             feedback=f"A reviewer asks for changes: {json.dumps(worst.findings)}",
         )
-    if ctx.task.execution_mode == "supervised_pr" or ctx.task.risk_level == "high":
+    flagged_tests = any(f.get("rule") == "tests_modified" for f in worst.findings)
+    if (
+        ctx.task.execution_mode == "supervised_pr"
+        or ctx.task.risk_level == "high"
+        or (flagged_tests and settings.TESTS_MODIFIED_REQUIRES_APPROVAL)
+    ):
         expires = timezone.now() + timedelta(seconds=settings.APPROVAL_TTL_SECONDS)
 
         def request_approval() -> None:
@@ -113,6 +118,7 @@ def step_judging(ctx: StepContext) -> Outcome:
                 "patch_id": patch.id,
                 "patch_sha256": patch.diff_sha256,
                 "expires_at": expires.isoformat(),
+                "reason": "tests_modified" if flagged_tests else "policy",
             },
         )
         return Outcome(to=S.AWAITING_APPROVAL, wait=True)
