@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import copy
+import io
+import json
 
 import pytest
+from django.core.management import call_command
 
 from runs.agent.transcript import transcript_export
 from runs.engine import run_drive_inline
@@ -62,7 +65,10 @@ def test_an_exported_run_replays_with_zero_divergence_and_the_same_patch(
 ):
     original = _recorded_run(workspace, repository)
 
-    transcript = transcript_export(original)
+    out = io.StringIO()
+    call_command("run_transcript", str(original.id), stdout=out)
+    transcript = json.loads(out.getvalue())
+    assert transcript == json.loads(json.dumps(transcript_export(original)))
     replay = _replay(workspace, repository, transcript["script"])
 
     assert replay.status == Run.Status.COMPLETED, (replay.failure_reason, replay.failure_detail)

@@ -90,6 +90,9 @@ def test_a_cancelled_run_ends_cancelled_at_its_next_step(run):
     assert run_cancel_request(run=run, by="alice") is False
 
 
+# Committed rows, as in production: a step that runs longer than a heartbeat interval
+# renews its lease from another connection, which must see the run.
+@pytest.mark.django_db(transaction=True)
 def test_each_state_is_passed_through_in_process(run):
     statuses = []
     for _ in range(20):

@@ -49,7 +49,10 @@ def _python() -> tuple[Any, Any] | None:
     return tree_sitter.Parser(language), tree_sitter.Query(language, QUERY)
 
 
+@functools.lru_cache(maxsize=4096)
 def _parse(source: bytes) -> tuple[list[Definition], Counter[str]]:
+    """Definitions and references of one file; cached by content, so a map asked for
+    again after a few edits parses only the edited files."""
     parsed = _python()
     if parsed is None:
         return [], Counter()
