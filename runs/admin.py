@@ -32,6 +32,7 @@ from runs import services
 from runs.agent.budget import budget_used
 from runs.models import (
     ApiToken,
+    Approval,
     Artifact,
     Membership,
     Repository,
@@ -382,7 +383,8 @@ class RunAdmin(OperatorAdmin):
     )
     ordering = ("-created_at",)
     change_form_template = "admin/runs/run/change_form.html"
-    actions = ["cancel_runs", "retry_runs", "approve_runs", "reject_runs"]
+    # No bulk approval: a patch is approved on its run page, next to its diff.
+    actions = ["cancel_runs", "retry_runs"]
     readonly_fields = (
         "id",
         "task",
@@ -550,12 +552,15 @@ class RunAdmin(OperatorAdmin):
             request, queryset.select_related("task"), verb="Retry", action="retry", command=command
         )
 
-    @admin.action(description="Approve selected runs' patches", permissions=["operate"])
     def approve_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
+        """The run page's Approve: the diff's hash it showed is what gets approved."""
         comment = request.POST.get("comment", "")
+        shown = request.POST.get("patch_sha256") or ""
 
         def command(run: Run, by: str) -> tuple[bool, str]:
-            services.run_approve(run=run, by=by, comment=comment)
+            services.run_approve(
+                run=run, by=by, comment=comment, user=request.user, patch_sha256=shown
+            )
             return True, ""
 
         self._run_act(
@@ -566,12 +571,15 @@ class RunAdmin(OperatorAdmin):
             command=command,
         )
 
-    @admin.action(description="Reject selected runs' patches", permissions=["operate"])
     def reject_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
+        """The run page's Reject, for the diff it showed."""
         comment = request.POST.get("comment", "")
+        shown = request.POST.get("patch_sha256") or ""
 
         def command(run: Run, by: str) -> tuple[bool, str]:
-            services.run_reject(run=run, by=by, comment=comment)
+            services.run_reject(
+                run=run, by=by, comment=comment, user=request.user, patch_sha256=shown
+            )
             return True, ""
 
         self._run_act(
@@ -797,6 +805,8 @@ def run_console(run: Run) -> dict[str, Any]:
     verifications = list(
         run.verifications.select_related("log_artifact", "patch").order_by("created_at")
     )
+    approvals = list(run.approvals.select_related("patch__diff_artifact").order_by("requested_at"))
+    pending = next((a for a in approvals if a.status == Approval.Status.PENDING), None)
     return {
         "run": run,
         "status_badge": status_badge(run.status),
@@ -814,7 +824,12 @@ def run_console(run: Run) -> dict[str, Any]:
             {"judgement": j, "findings": [finding_text(f) for f in j.findings or []]}
             for j in run.judgements.select_related("patch").order_by("created_at")
         ],
-        "approvals": list(run.approvals.order_by("requested_at")),
+        "approvals": approvals,
+        "pending_approval": (
+            {"approval": pending, "lines": diff_lines(_artifact_text(pending.patch.diff_artifact))}
+            if pending is not None
+            else None
+        ),
         "pull_requests": list(run.task.pull_requests.all()),
         "budgets": run_budgets(run),
         "totals": {"tokens_in": run.tokens_in, "tokens_out": run.tokens_out, "cost": run.cost_usd},

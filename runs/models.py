@@ -36,6 +36,17 @@ class Workspace(models.Model):
     daily_cost_budget_usd = models.DecimalField(
         max_digits=12, decimal_places=4, default=Decimal("0")
     )
+
+    class ApprovalBy(models.TextChoices):
+        APPROVERS = "approvers", "members with the approver or admin role"
+        MEMBERS = "members", "any member"
+
+    # Who may approve or reject a patch of this workspace's runs.
+    approval_by = models.CharField(
+        max_length=16, choices=ApprovalBy.choices, default=ApprovalBy.APPROVERS
+    )
+    # Whether whoever asked for a high-risk task may approve its patch themselves.
+    approval_self_high_risk = models.BooleanField(default=False)
     # A name from settings.MODEL_PROFILES; blank uses the installation's default.
     model_profile = models.CharField(max_length=100, blank=True)
     members: models.ManyToManyField[User, Membership] = models.ManyToManyField(
@@ -50,6 +61,7 @@ class Workspace(models.Model):
 class Membership(models.Model):
     class Role(models.TextChoices):
         MEMBER = "member"
+        APPROVER = "approver"
         ADMIN = "admin"
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)

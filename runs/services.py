@@ -20,7 +20,7 @@ from django.db.models import Max, Sum
 from django.utils import timezone
 
 from runs import dispatch
-from runs.models import Approval, Repository, Run, Task, Workspace
+from runs.models import Approval, Membership, Repository, Run, Task, Workspace
 from runs.state import ACTIVE, TERMINAL
 from runs.timeline import PendingEvent, event_record, events_record
 
@@ -32,6 +32,10 @@ class CommandRefused(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class ApprovalNotAllowed(CommandRefused):
+    """The workspace's approval policy does not let this person decide."""
 
 
 class IdempotencyConflict(CommandRefused):
@@ -273,9 +277,57 @@ def run_cancel_request(*, run: Run, by: str, reason: str = "") -> bool:
     return True
 
 
-def _approval_decide(*, run: Run, by: str, status: str, comment: str) -> Approval:
+def approval_permission_check(*, run: Run, user: Any) -> None:
+    """Raise ApprovalNotAllowed unless the workspace's policy lets ``user`` decide.
+
+    Who may decide is the workspace's setting (``approval_by``): its approvers and admins
+    (the default), or any member; superusers always may. Whoever asked for a high-risk
+    task may not approve it themselves unless the workspace allows it.
+    """
+    task = run.task
+    workspace = task.workspace
+    role = (
+        Membership.objects.filter(workspace=workspace, user=user)
+        .values_list("role", flat=True)
+        .first()
+    )
+    if not user.is_superuser:
+        if role is None:
+            raise ApprovalNotAllowed("approval_not_allowed", "not a member of the workspace")
+        allowed = (
+            {Membership.Role.APPROVER, Membership.Role.ADMIN}
+            if workspace.approval_by == Workspace.ApprovalBy.APPROVERS
+            else set(Membership.Role)
+        )
+        if role not in allowed:
+            raise ApprovalNotAllowed(
+                "approval_not_allowed",
+                f"the workspace lets {workspace.get_approval_by_display()} decide; "
+                f"your role is {role}",
+            )
+    if (
+        task.risk_level == Task.Risk.HIGH
+        and task.requested_by
+        and task.requested_by == user.get_username()
+        and not workspace.approval_self_high_risk
+    ):
+        raise ApprovalNotAllowed(
+            "self_approval_not_allowed",
+            "a high-risk task needs someone other than its requester to approve it",
+        )
+
+
+def _approval_decide(
+    *,
+    run: Run,
+    by: str,
+    status: str,
+    comment: str,
+    user: Any = None,
+    patch_sha256: str | None = None,
+) -> Approval:
     with transaction.atomic():
-        locked = Run.objects.select_for_update().select_related("task").get(pk=run.pk)
+        locked = Run.objects.select_for_update().select_related("task__workspace").get(pk=run.pk)
         if locked.status != Run.Status.AWAITING_APPROVAL:
             raise CommandRefused(
                 "not_awaiting_approval", f"run is {locked.status}, not awaiting approval"
@@ -287,6 +339,19 @@ def _approval_decide(*, run: Run, by: str, status: str, comment: str) -> Approva
         )
         if approval is None:
             raise CommandRefused("no_pending_approval", "run has no pending approval")
+        # Rejecting stops a change: the requester may always withdraw their own.
+        withdrawal = (
+            status == Approval.Status.REJECTED
+            and user is not None
+            and locked.task.requested_by == user.get_username()
+        )
+        if user is not None and not withdrawal:
+            approval_permission_check(run=locked, user=user)
+        if patch_sha256 is not None and patch_sha256 != approval.patch_sha256:
+            raise CommandRefused(
+                "approval_stale",
+                "the patch pending approval is not the one that was shown; reload and look again",
+            )
         approval.status = status
         approval.decided_at = timezone.now()
         approval.decided_by = by
@@ -303,14 +368,47 @@ def _approval_decide(*, run: Run, by: str, status: str, comment: str) -> Approva
     return approval
 
 
-def run_approve(*, run: Run, by: str, comment: str = "") -> Approval:
-    """Approve the pending patch; the run goes on to open its pull request."""
-    return _approval_decide(run=run, by=by, status=Approval.Status.APPROVED, comment=comment)
+def run_approve(
+    *,
+    run: Run,
+    by: str,
+    comment: str = "",
+    user: Any = None,
+    patch_sha256: str | None = None,
+) -> Approval:
+    """Approve the pending patch; the run goes on to open its pull request.
+
+    With ``user`` the workspace's approval policy applies (the API and the console pass
+    it; a PR comment is authorised by the git provider's own permissions). With
+    ``patch_sha256``, only that exact diff is approved.
+    """
+    return _approval_decide(
+        run=run,
+        by=by,
+        status=Approval.Status.APPROVED,
+        comment=comment,
+        user=user,
+        patch_sha256=patch_sha256,
+    )
 
 
-def run_reject(*, run: Run, by: str, comment: str = "") -> Approval:
+def run_reject(
+    *,
+    run: Run,
+    by: str,
+    comment: str = "",
+    user: Any = None,
+    patch_sha256: str | None = None,
+) -> Approval:
     """Reject the pending patch; the run ends failed (approval_rejected)."""
-    return _approval_decide(run=run, by=by, status=Approval.Status.REJECTED, comment=comment)
+    return _approval_decide(
+        run=run,
+        by=by,
+        status=Approval.Status.REJECTED,
+        comment=comment,
+        user=user,
+        patch_sha256=patch_sha256,
+    )
 
 
 def approvals_expire(*, now: Any = None) -> int:

@@ -12,7 +12,7 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 
 from jobs.models import DeadLetter, OutboxEvent
-from runs.models import Approval, Run, RunEvent
+from runs.models import Approval, Membership, Run, RunEvent
 from tests.factories import (
     DeadLetterFactory,
     OutboxEventFactory,
@@ -42,6 +42,16 @@ def _act(client: Any, name: str, action: str, pks: list[Any], **extra: str) -> A
     return client.post(
         reverse(f"admin:{name}_changelist"),
         {"action": action, ACTION_CHECKBOX_NAME: [str(pk) for pk in pks], "index": 0, **extra},
+        follow=True,
+    )
+
+
+def _operate(client: Any, run: Any, action: str) -> Any:
+    """The run page's button, sending the hash of the diff the page showed."""
+    approval = Approval.objects.filter(run=run).order_by("-requested_at").first()
+    return client.post(
+        f"/admin/runs/run/{run.pk}/operate/{action}/",
+        {"patch_sha256": approval.patch_sha256 if approval else ""},
         follow=True,
     )
 
@@ -78,11 +88,15 @@ def test_cancel_records_the_request_and_an_operator_event(
     assert _audited(run, operator) == ["Cancel: done"]
 
 
-def test_approve_and_reject_decide_the_pending_approval(op_client: Any) -> None:
+def test_approve_and_reject_decide_the_pending_approval(op_client: Any, operator: Any) -> None:
     approved, rejected = run_history_create(), run_history_create()
+    for run in (approved, rejected):
+        Membership.objects.create(
+            workspace=run.task.workspace, user=operator, role=Membership.Role.APPROVER
+        )
 
-    first = _act(op_client, "runs_run", "approve_runs", [approved.pk])
-    second = _act(op_client, "runs_run", "reject_runs", [rejected.pk])
+    first = _operate(op_client, approved, "approve")
+    second = _operate(op_client, rejected, "reject")
 
     assert "Approve: 1 row(s) changed." in _messages(first)
     assert "Reject: 1 row(s) changed." in _messages(second)
@@ -97,7 +111,7 @@ def test_approving_a_run_not_awaiting_approval_is_refused_and_audited(
 ) -> None:
     run = RunFactory(status=Run.Status.RUNNING)
 
-    response = _act(op_client, "runs_run", "approve_runs", [run.pk])
+    response = _operate(op_client, run, "approve")
 
     assert any("not awaiting approval" in m for m in _messages(response))
     assert _audited(run, operator) == ["Approve: skipped (run is running, not awaiting approval)"]

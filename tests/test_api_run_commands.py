@@ -26,7 +26,9 @@ def run():
 @pytest.fixture
 def client(run):
     user = UserFactory()
-    Membership.objects.create(workspace=run.task.workspace, user=user)
+    Membership.objects.create(
+        workspace=run.task.workspace, user=user, role=Membership.Role.APPROVER
+    )
     api = APIClient()
     api.force_authenticate(user)
     return api

@@ -251,6 +251,12 @@ class RunCancelApi(APIView):
 
 class ApprovalInputSerializer(StrictInput):
     comment = serializers.CharField(max_length=5000, default="", allow_blank=True)
+    patch_sha256 = serializers.RegexField(
+        r"^[0-9a-f]{64}$",
+        required=False,
+        help_text="The SHA-256 of the diff you looked at; if the pending patch is another "
+        "one, the decision is refused (409 approval_stale).",
+    )
 
 
 class RunApproveApi(APIView):
@@ -269,7 +275,11 @@ class RunApproveApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         approval = run_approve(
-            run=run, by=request.user.get_username(), comment=serializer.validated_data["comment"]
+            run=run,
+            by=request.user.get_username(),
+            comment=serializer.validated_data["comment"],
+            user=request.user,
+            patch_sha256=serializer.validated_data.get("patch_sha256"),
         )
         return _accepted(run, f"approval {approval.status}")
 
@@ -290,7 +300,11 @@ class RunRejectApi(APIView):
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         run_reject(
-            run=run, by=request.user.get_username(), comment=serializer.validated_data["comment"]
+            run=run,
+            by=request.user.get_username(),
+            comment=serializer.validated_data["comment"],
+            user=request.user,
+            patch_sha256=serializer.validated_data.get("patch_sha256"),
         )
         return _accepted(run, "approval rejected")
 

@@ -39,7 +39,16 @@ class WorkspaceOutputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Workspace
-        fields = ["slug", "name", "max_active_runs", "daily_cost_budget_usd", "role", "created_at"]
+        fields = [
+            "slug",
+            "name",
+            "max_active_runs",
+            "daily_cost_budget_usd",
+            "approval_by",
+            "approval_self_high_risk",
+            "role",
+            "created_at",
+        ]
         read_only_fields = fields
 
 
@@ -100,7 +109,13 @@ class WorkspaceDetailApi(APIView):
     class UpdateInputSerializer(StrictModelInput):
         class Meta:
             model = Workspace
-            fields = ["name", "max_active_runs", "daily_cost_budget_usd"]
+            fields = [
+                "name",
+                "max_active_runs",
+                "daily_cost_budget_usd",
+                "approval_by",
+                "approval_self_high_risk",
+            ]
             extra_kwargs = {"max_active_runs": {"min_value": 1}}
 
     def _get(self, request: Request, slug: str) -> Workspace:
