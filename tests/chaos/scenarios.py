@@ -150,14 +150,16 @@ class Harness:
     def worker_kill(self) -> Result:
         started, exits = time.monotonic(), len(self.stack.unexpected_exits())
         result = Result("worker SIGKILL")
-        load = self.load("worker-kill")
+        # Runs flow through a workspace limit (the rest wait deferred), so each run is
+        # short-lived next to the kills and admission is exercised on the way.
+        load = self.load("worker-kill", max_active_runs=8)
         feeder = self.background(
             lambda: (
                 load.submit_many(self.profile.kill_runs, concurrency=2),
                 load.deliver_many(self.profile.kill_deliveries, concurrency=2),
             )
         )
-        low, high = (1.5, 3.0) if self.profile.name == "light" else (2.0, 5.0)
+        low, high = (1.5, 3.0) if self.profile.name == "light" else (3.0, 6.0)
         while feeder.is_alive() or invariants.work_open(db(lambda: invariants.progress(load))):
             time.sleep(self.rng.uniform(low, high))
             name = self.rng.choice(["worker1", "worker2"])
