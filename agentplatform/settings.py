@@ -230,6 +230,9 @@ REDIS_URL = _env_value(
 RUN_LEASE_SECONDS = _env_value("RUN_LEASE_SECONDS", int, 30)
 # How many crash recoveries a run gets before it fails.
 RUN_MAX_RECOVERIES = _env_value("RUN_MAX_RECOVERIES", int, 3)
+# Submissions to one workspace admitted side by side while far from its limits (see
+# runs.services); 0 admits one at a time.
+ADMISSION_LANES = _env_value("ADMISSION_LANES", int, 8)
 # An active run with no lease and no progress for this long lost its wake-up message.
 RUN_STALL_SECONDS = _env_value("RUN_STALL_SECONDS", int, 60)
 SANDBOX_ROOT = Path(_env_value("SANDBOX_ROOT", str, str(VAR_DIR / "sandboxes")))

@@ -86,6 +86,7 @@ class Table:
 
     def add(self, figure: Figure) -> Figure:
         self.figures.append(figure)
+        say(" | ".join(figure.row()))
         return figure
 
     def render(self) -> str:
@@ -193,6 +194,15 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: flo
     raise TimeoutError(f"timed out waiting for {what}")
 
 
+def _ping(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
 def free_port() -> int:
     import socket
 
@@ -238,8 +248,41 @@ class Bench:
 
     # setup
 
+    def redis_start(self) -> None:
+        """A Redis of our own (broker, stream, coalescing keys): nobody else purges it."""
+        import shutil
+
+        server = shutil.which("redis-server")
+        if self.args.shared_redis or server is None:
+            return
+        port = free_port()
+        self.procs.start(
+            "redis",
+            [
+                server,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+        )
+        url = f"redis://127.0.0.1:{port}/0"
+        wait_for(lambda: _ping(url), 10, "redis-server")
+        for key in ("REDIS_URL", "CELERY_BROKER_URL", "EVENT_STREAM_REDIS_URL"):
+            self.env[key] = url
+        os.environ.update(self.env)
+        self.procs.env = self.env
+
     def setup(self) -> None:
-        say(f"database {self.env['BENCH_DATABASE']} (re-created); logs in {self.logdir}")
+        self.redis_start()
+        say(
+            f"database {self.env['BENCH_DATABASE']} (re-created), broker "
+            f"{self.env['CELERY_BROKER_URL']}; logs in {self.logdir}"
+        )
         database_recreate(self.env)
         import django
 
@@ -671,7 +714,7 @@ class Bench:
                 "warning",
                 "--no-access-log",
             ]
-        elif layout == "wsgi":
+        else:
             argv = [
                 PY,
                 "-m",
@@ -683,19 +726,6 @@ class Bench:
                 str(workers),
                 "--log-level",
                 "warning",
-                *env.pop("_gunicorn", "").split(),
-            ]
-        else:
-            argv = [
-                PY,
-                "manage.py",
-                "serve_web",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--workers",
-                str(workers),
             ]
         child = self.procs.start(f"web-{layout}", argv, **env)
         import socket
@@ -1175,14 +1205,17 @@ class Bench:
 
     def run(self) -> str:
         chosen = self.args.only.split(",") if self.args.only else MEASUREMENTS
-        self.setup()
         try:
+            self.setup()
             for name in chosen:
                 getattr(self, f"m_{name}")()
+        except BaseException:
+            # What was measured before the failure is still worth seeing.
+            print(self.table.render(), flush=True)
+            raise
         finally:
             self.teardown()
-        table = self.table.render()
-        return table
+        return self.table.render()
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -1202,7 +1235,12 @@ def main(argv: list[str] | None = None) -> str:
         default=[1_000, 100_000, 1_000_000],
     )
     parser.add_argument("--idle-seconds", type=float, default=60.0)
-    parser.add_argument("--layout", default="asgi", choices=["asgi", "wsgi", "serve"])
+    parser.add_argument("--layout", default="asgi", choices=["asgi", "wsgi"])
+    parser.add_argument(
+        "--shared-redis",
+        action="store_true",
+        help="use REDIS_URL / CELERY_BROKER_URL instead of a redis-server of its own",
+    )
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be at least 1")

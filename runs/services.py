@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Sum
 from django.utils import timezone
 
@@ -63,12 +65,16 @@ def request_fingerprint(payload: dict[str, Any]) -> str:
 # --- admission -----------------------------------------------------------------------------
 
 
-def admission_check(*, workspace: Workspace, repository: Repository) -> str | None:
-    """Why a new run cannot start now, or None. Call with the workspace row locked."""
+def admission_check(*, workspace: Workspace, repository: Repository, margin: int = 0) -> str | None:
+    """Why a new run cannot start now, or None.
+
+    Call under the workspace's exclusive admission lock (``_lock_workspace``), or holding
+    an admission lane with ``margin`` set to the number of lanes (``_lane_take``).
+    """
     active = Run.objects.filter(task__workspace=workspace, status__in=ACTIVE)
-    if active.count() >= workspace.max_active_runs:
+    if active.count() + margin >= workspace.max_active_runs:
         return f"workspace at its limit of {workspace.max_active_runs} active runs"
-    if active.filter(task__repository=repository).count() >= repository.max_active_runs:
+    if active.filter(task__repository=repository).count() + margin >= repository.max_active_runs:
         return f"repository at its limit of {repository.max_active_runs} active runs"
     if workspace.daily_cost_budget_usd > 0:
         today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
@@ -80,10 +86,55 @@ def admission_check(*, workspace: Workspace, repository: Repository) -> str | No
     return None
 
 
+# Admission counts active runs and then inserts one; that check-then-act must not let two
+# submissions both take the last slot. Far from the limits it needs no serialising: a
+# submission holds one of ``ADMISSION_LANES`` transaction-scoped advisory locks (a lane)
+# while it counts and inserts, and admits only if the count plus one run per lane still
+# fits. Whoever counts last then sees every other admission either committed or holding a
+# lane, so the limit holds. Near a limit (or on SQLite) the submission takes every lane
+# and the workspace row instead: the exact check, one at a time.
+_LANE_KEY = 0x61640000  # advisory-lock key space: (lane key + lane, workspace id)
+
+
+class _NearLimit(Exception):
+    """The lane's margin does not fit: redo the submission under the exclusive lock."""
+
+
+def _lanes() -> int:
+    return settings.ADMISSION_LANES if connection.vendor == "postgresql" else 0
+
+
 def _lock_workspace(workspace_id: int) -> Workspace:
-    # Admission counts active runs and then inserts one: the workspace row lock makes
-    # that check-then-act atomic across concurrent submissions.
+    """Exclusive admission for the workspace: every lane (in order), then its row."""
+    lanes = _lanes()
+    if lanes:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_advisory_xact_lock(%s + lane, %s)) "
+                "FROM generate_series(0, %s) AS lane",
+                [_LANE_KEY, workspace_id % 2**31, lanes - 1],
+            )
     return Workspace.objects.select_for_update().get(pk=workspace_id)
+
+
+def _lane_take(workspace_id: int) -> None:
+    """Hold one admission lane of the workspace until the transaction ends."""
+    lanes = _lanes()
+    key = workspace_id % 2**31
+    with connection.cursor() as cursor:
+        cursor.execute(
+            # MATERIALIZED keeps the try-lock out of the lane list (a pushed-down filter
+            # would try, and take, every lane); lanes are tried in random order.
+            "WITH lanes AS MATERIALIZED (SELECT lane FROM generate_series(0, %s) AS lane "
+            "ORDER BY random()) "
+            "SELECT lane FROM lanes WHERE pg_try_advisory_xact_lock(%s + lane, %s) LIMIT 1",
+            [lanes - 1, _LANE_KEY, key],
+        )
+        if cursor.fetchone() is None:  # every lane busy: queue behind one of them
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s + %s, %s)",
+                [_LANE_KEY, random.randrange(lanes), key],
+            )
 
 
 def _run_start(*, task: Task, feedback: str = "", actor: str = "") -> Run:
@@ -150,71 +201,123 @@ def task_submit(
         existing = _idempotent_replay(workspace, idempotency_key, fingerprint)
         if existing is not None:
             return existing
-    try:
-        with transaction.atomic():
-            ws = _lock_workspace(workspace.pk)
-            task = Task.objects.create(
-                workspace=ws,
+    for exclusive in (False, True) if _lanes() else (True,):
+        try:
+            return _task_create(
+                workspace=workspace,
                 repository=repository,
+                exclusive=exclusive,
+                fingerprint=fingerprint,
                 instruction=instruction,
                 source=source,
                 requested_by=requested_by,
-                idempotency_key=idempotency_key or None,
-                request_fingerprint=fingerprint,
+                idempotency_key=idempotency_key,
                 execution_mode=execution_mode,
                 risk_level=risk_level,
                 task_type=task_type,
                 target_branch=target_branch,
                 priority=priority,
-                budget=budget or {},
-                model_options=model_options or {},
-                source_ref=source_ref or {},
+                budget=budget,
+                model_options=model_options,
+                source_ref=source_ref,
             )
-            submitted = {
-                "repository": repository.name,
-                "source": source,
-                "execution_mode": execution_mode,
-                "requested_by": requested_by,
-            }
-            refusal = admission_check(workspace=ws, repository=repository)
-            if refusal is not None:
-                task.status = Task.Status.DEFERRED
-                task.status_reason = refusal
-                task.save(update_fields=["status", "status_reason"])
-                events_record(
-                    task=task,
-                    run=None,
-                    events=[
-                        PendingEvent("agent.task.submitted", submitted, requested_by),
-                        PendingEvent("agent.task.deferred", {"reason": refusal}, requested_by),
-                    ],
-                )
-                return Submission(task=task, run=None, created=True)
-            run_no = 1
-            run = Run.objects.create(task=task, run_no=run_no)
-            task.status = Task.Status.RUNNING
-            task.save(update_fields=["status"])
+        except _NearLimit:
+            continue
+        except IntegrityError:
+            # A concurrent submission with the same key won the insert.
+            if idempotency_key:
+                existing = _idempotent_replay(workspace, idempotency_key, fingerprint)
+                if existing is not None:
+                    return existing
+            raise
+    raise AssertionError("the exclusive admission path never raises _NearLimit")
+
+
+def _task_create(
+    *,
+    workspace: Workspace,
+    repository: Repository,
+    exclusive: bool,
+    fingerprint: str,
+    instruction: str,
+    source: str,
+    requested_by: str,
+    idempotency_key: str | None,
+    execution_mode: str,
+    risk_level: str,
+    task_type: str,
+    target_branch: str,
+    priority: int,
+    budget: dict[str, Any] | None,
+    model_options: dict[str, Any] | None,
+    source_ref: dict[str, Any] | None,
+) -> Submission:
+    """task_submit's transaction, under the exclusive admission lock or one lane."""
+    with transaction.atomic():
+        if exclusive:
+            ws = _lock_workspace(workspace.pk)
+        else:
+            _lane_take(workspace.pk)
+            ws = workspace
+        refusal = admission_check(
+            workspace=ws, repository=repository, margin=0 if exclusive else _lanes()
+        )
+        if refusal is not None and not exclusive:
+            raise _NearLimit()
+        task = Task.objects.create(
+            workspace=ws,
+            repository=repository,
+            instruction=instruction,
+            source=source,
+            requested_by=requested_by,
+            idempotency_key=idempotency_key or None,
+            request_fingerprint=fingerprint,
+            execution_mode=execution_mode,
+            risk_level=risk_level,
+            task_type=task_type,
+            target_branch=target_branch,
+            priority=priority,
+            budget=budget or {},
+            model_options=model_options or {},
+            source_ref=source_ref or {},
+        )
+        submitted = {
+            "repository": repository.name,
+            "source": source,
+            "execution_mode": execution_mode,
+            "requested_by": requested_by,
+        }
+        if refusal is not None:
+            task.status = Task.Status.DEFERRED
+            task.status_reason = refusal
+            task.save(update_fields=["status", "status_reason"])
             events_record(
                 task=task,
-                run=run,
+                run=None,
                 events=[
                     PendingEvent("agent.task.submitted", submitted, requested_by),
-                    PendingEvent("agent.task.accepted", {"run_no": run_no}, requested_by),
-                    PendingEvent("agent.task.queued", {"run_no": run_no}, requested_by),
-                    PendingEvent(
-                        "agent.run.queued", {"run_no": run_no, "followup": False}, requested_by
-                    ),
+                    PendingEvent("agent.task.deferred", {"reason": refusal}, requested_by),
                 ],
             )
-            dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
-            return Submission(task=task, run=run, created=True)
-    except IntegrityError:
-        # A concurrent submission with the same key won the insert.
-        if idempotency_key:
-            existing = _idempotent_replay(workspace, idempotency_key, fingerprint)
-            if existing is not None:
-                return existing
-        raise
+            return Submission(task=task, run=None, created=True)
+        run_no = 1
+        run = Run.objects.create(task=task, run_no=run_no)
+        task.status = Task.Status.RUNNING
+        task.save(update_fields=["status"])
+        events_record(
+            task=task,
+            run=run,
+            events=[
+                PendingEvent("agent.task.submitted", submitted, requested_by),
+                PendingEvent("agent.task.accepted", {"run_no": run_no}, requested_by),
+                PendingEvent("agent.task.queued", {"run_no": run_no}, requested_by),
+                PendingEvent(
+                    "agent.run.queued", {"run_no": run_no, "followup": False}, requested_by
+                ),
+            ],
+        )
+        dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
+        return Submission(task=task, run=run, created=True)
 
 
 def _idempotent_replay(workspace: Workspace, key: str, fingerprint: str) -> Submission | None:

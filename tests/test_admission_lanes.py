@@ -1,0 +1,80 @@
+"""Admission far from the limits runs side by side; the limits still hold under a race."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from django.db import OperationalError, connection, connections, transaction
+
+from runs import dispatch
+from runs.models import Run, Task
+from runs.services import task_submit
+from tests.factories import RepositoryFactory, WorkspaceFactory
+
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def no_wakeups(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Nothing steps these runs: the test is about admission.
+    monkeypatch.setattr(dispatch, "run_wake", lambda **kwargs: None)
+
+
+def test_limits_hold_when_many_submit_at_once(settings: Any) -> None:
+    settings.ADMISSION_LANES = 4
+    workspace = WorkspaceFactory(max_active_runs=10)
+    repository = RepositoryFactory(workspace=workspace, max_active_runs=50)
+    start = threading.Barrier(12)
+
+    def submit(i: int) -> str:
+        try:
+            start.wait() if i < 12 else None
+            return task_submit(
+                workspace=workspace, repository=repository, instruction=f"task {i}"
+            ).status
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(12) as pool:
+        statuses = list(pool.map(submit, range(40)))
+    assert statuses.count(Task.Status.RUNNING) == 10
+    assert statuses.count(Task.Status.DEFERRED) == 30
+    assert Run.objects.filter(task__workspace=workspace).count() == 10
+
+
+def test_a_submission_does_not_wait_for_another_in_flight(settings: Any) -> None:
+    settings.ADMISSION_LANES = 8
+    workspace = WorkspaceFactory(max_active_runs=1000)
+    repository = RepositoryFactory(workspace=workspace, max_active_runs=1000)
+    submitted, release = threading.Event(), threading.Event()
+
+    def in_flight() -> None:
+        # A submission whose transaction is still open (e.g. a slow commit).
+        try:
+            with transaction.atomic():
+                task_submit(workspace=workspace, repository=repository, instruction="first")
+                submitted.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=in_flight)
+    other.start()
+    try:
+        assert submitted.wait(30)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '3s'")
+        try:
+            second = task_submit(workspace=workspace, repository=repository, instruction="second")
+        except OperationalError as exc:  # a lock wait that would serialise submissions
+            pytest.fail(f"the second submission waited for the first: {exc}")
+        assert second.status == Task.Status.RUNNING
+    finally:
+        release.set()
+        other.join(30)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = 0")
+    assert Run.objects.filter(task__workspace=workspace).count() == 2
