@@ -202,6 +202,11 @@ def test_run_recovers_from_every_awkward_answer_and_counts_every_reply(
     ]
     assert run.events.filter(type="agent.model.error").count() == 5
     assert all(r.get("max_tokens") for r in requests[1:])
+    # The system prompt states the rules and is stored with the run.
+    prompt = requests[1]["messages"][0]["content"]
+    for rule in (repository.test_command, ".github/workflows/**", "model_errors 8", "finish"):
+        assert rule in prompt
+    assert run.artifacts.filter(name__startswith="system prompt v").exists()
 
     def tool_answer(request: dict[str, Any], call_id: str) -> str:
         return next(m["content"] for m in request["messages"] if m.get("tool_call_id") == call_id)
@@ -274,3 +279,42 @@ def test_second_context_refusal_fails_with_context_exhausted(workspace, reposito
 
     assert (run.status, run.failure_reason) == (Run.Status.FAILED, "context_exhausted")
     assert len(server.requests) == 4  # plan, one turn, a refusal, one condensed retry
+
+
+def test_a_resumed_run_sends_exactly_the_condensed_history(workspace, repository, settings):
+    """A refusal condenses the history, which is checkpointed before it is sent again; a
+    worker that dies waiting for that answer resumes by sending the very same request."""
+
+    def respond(body: dict[str, Any], n: int) -> tuple[int, dict[str, str], bytes]:
+        if not body.get("tools"):
+            return 200, {}, _body("plan")
+        if n == 2:
+            return 200, {}, _body(None, [_call("read_file", {"path": "calc/core.py"}, "r1")])
+        if n == 3:
+            return 400, {}, CONTEXT_REFUSAL
+        if n == 4:
+            return 500, {}, b'{"error": {"message": "worker lost the answer"}}'
+        if n == 5:
+            return 200, {}, _body("Fixing.", [_call("replace_text", FIX, "r2")])
+        return 200, {}, _body(None, [_call("finish", {"summary": "done"}, f"f{n}")])
+
+    with ChatCompletionsServer(respond) as server:
+        settings.MODEL_PROFILES = {
+            **settings.MODEL_PROFILES,
+            "flaky": {"provider": "openai", "model": "gpt-4o", "base_url": server.base_url},
+        }
+        settings.OPENAI_MAX_RETRIES = 0
+        submission = task_submit(
+            workspace=workspace,
+            repository=repository,
+            instruction="Fix add()",
+            model_options={"profile": "flaky"},
+        )
+        with pytest.raises(Exception, match="still failing"):
+            run_drive_inline(run_id=submission.run.id)
+        run = run_drive_inline(run_id=submission.run.id)  # the retry, as a new worker
+
+    assert run.status == Run.Status.COMPLETED, (run.failure_reason, run.failure_detail)
+    refused, lost, resumed = (server.requests[i]["messages"] for i in (2, 3, 4))
+    assert lost != refused
+    assert resumed == lost
