@@ -184,6 +184,14 @@ def task_submit(
         raise CommandRefused("repository_not_in_workspace", "repository is not in this workspace")
     if not instruction.strip():
         raise CommandRefused("instruction_empty", "instruction must not be empty")
+    profile = (model_options or {}).get("profile") or (model_options or {}).get("provider")
+    if profile is not None:
+        from runs.agent.profiles import ProfileError, profile_get
+
+        try:
+            profile_get(str(profile))
+        except ProfileError as exc:
+            raise CommandRefused("model_profile_unknown", str(exc)) from exc
     fingerprint = request_fingerprint(
         {
             "repository": repository.pk,

@@ -318,3 +318,20 @@ def test_a_resumed_run_sends_exactly_the_condensed_history(workspace, repository
     refused, lost, resumed = (server.requests[i]["messages"] for i in (2, 3, 4))
     assert lost != refused
     assert resumed == lost
+
+
+def test_an_unknown_profile_is_refused_at_submission(workspace, repository):
+    from runs.models import Task
+    from runs.services import CommandRefused
+
+    with pytest.raises(CommandRefused) as refused:
+        task_submit(
+            workspace=workspace,
+            repository=repository,
+            instruction="Fix add()",
+            model_options={"profile": "no-such-profile"},
+        )
+
+    assert refused.value.code == "model_profile_unknown"
+    assert "no-such-profile" in refused.value.message
+    assert not Task.objects.exists()
