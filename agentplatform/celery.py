@@ -113,3 +113,26 @@ def _otel_after_fork(**kwargs: Any) -> None:
     from agentplatform import otel
 
     otel.otel_configure(force=True)
+
+
+# This process's heartbeat writer, while it is a ready worker (see jobs.workers).
+_heartbeater: Any = None
+
+
+@signals.worker_ready.connect
+def _worker_heartbeat_start(sender: Any = None, **kwargs: Any) -> None:
+    global _heartbeater
+    from jobs.workers import WorkerHeartbeater
+
+    queues = sorted(q.name for q in app.amqp.queues.consume_from.values())
+    concurrency = int(getattr(getattr(sender, "controller", None), "concurrency", 0) or 0)
+    _heartbeater = WorkerHeartbeater(
+        name=getattr(sender, "hostname", "") or "worker", queues=queues, concurrency=concurrency
+    )
+    _heartbeater.start()
+
+
+@signals.worker_shutdown.connect
+def _worker_heartbeat_stop(**kwargs: Any) -> None:
+    if _heartbeater is not None:
+        _heartbeater.stop()

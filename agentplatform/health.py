@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, JsonResponse
@@ -13,7 +14,8 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 def readyz(request: HttpRequest) -> JsonResponse:
-    """Database reachable with every migration applied, and broker reachable."""
+    """Database reachable with every migration applied, broker reachable, and (with
+    ``READYZ_REQUIRE_WORKERS``) a live worker for every task queue."""
     checks: dict[str, str] = {}
     try:
         executor = MigrationExecutor(connection)
@@ -29,6 +31,18 @@ def readyz(request: HttpRequest) -> JsonResponse:
         checks["broker"] = "ok"
     except Exception as exc:
         checks["broker"] = f"error: {type(exc).__name__}"
+    if settings.READYZ_REQUIRE_WORKERS:
+        try:
+            from jobs.workers import queues_without_live_worker
+
+            missing = queues_without_live_worker(
+                queues=[queue.name for queue in settings.CELERY_TASK_QUEUES]
+            )
+            checks["workers"] = (
+                "ok" if not missing else f"no live worker for queue {', '.join(missing)}"
+            )
+        except Exception as exc:
+            checks["workers"] = f"error: {type(exc).__name__}"
     ready = all(value == "ok" for value in checks.values())
     return JsonResponse(
         {"status": "ok" if ready else "unavailable", "checks": checks}, status=200 if ready else 503

@@ -365,6 +365,11 @@ WEBHOOK_CI_FOLLOWUPS_PER_COMMIT = _env_value("WEBHOOK_CI_FOLLOWUPS_PER_COMMIT", 
 GITLAB_COMMAND_USERS = _env_value("GITLAB_COMMAND_USERS", list, [])
 WEBHOOK_PROCESS_MAX_RETRIES = _env_value("WEBHOOK_PROCESS_MAX_RETRIES", int, 5)
 
+# Workers record a heartbeat this often; one silent for three intervals is not alive.
+WORKER_HEARTBEAT_SECONDS = _env_value("WORKER_HEARTBEAT_SECONDS", float, 10.0)
+# /readyz answers 503 unless every task queue has a live worker (off: web-only probes).
+READYZ_REQUIRE_WORKERS = _env_value("READYZ_REQUIRE_WORKERS", bool, False)
+
 # --- Operations console ---------------------------------------------------------------
 
 # Staff in this group may run console actions (cancel, approve, requeue...) without
@@ -389,6 +394,8 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
+# The console's own script (static/console/live.js), plain files: no build step.
+STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(_env_value("STATIC_ROOT", str, str(VAR_DIR / "static")))
 # Hashed, compressed copies made by ``collectstatic`` (``make setup``/``migrate`` run it),
 # served far-future cached by WhiteNoise.

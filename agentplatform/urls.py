@@ -1,11 +1,15 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from agentplatform import dashboard, health, metrics_endpoint
+from agentplatform import console_stream, dashboard, health, metrics_endpoint, workers_page
 
 urlpatterns = [
     # Before admin.site.urls, whose catch-all would otherwise claim the path.
     path("admin/dashboard/", dashboard.dashboard_view, name="ops-dashboard"),
+    path("admin/workers/", workers_page.workers_view, name="ops-workers"),
+    path(
+        "admin/runs/run/<uuid:pk>/live/", console_stream.console_run_stream, name="ops-run-stream"
+    ),
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

@@ -192,3 +192,25 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel}:{self.event_id} ({self.status})"
+
+
+class WorkerHeartbeat(models.Model):
+    """A Celery worker's last sign of life, written by the worker itself every few seconds.
+
+    The console and ``/readyz`` read these rows instead of asking the broker (a
+    broadcast ping blocks for its whole timeout and finds nothing on the embedded
+    transport). A worker is alive while its last heartbeat is recent and it has not
+    said goodbye.
+    """
+
+    name = models.CharField(max_length=300, unique=True)
+    hostname = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list)
+    concurrency = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField()
+    last_heartbeat_at = models.DateTimeField(db_index=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.name
