@@ -81,6 +81,8 @@ def scope_create(stack: Stack, slug: str, *, max_active_runs: int = 1000) -> Sco
         max_active_runs=max_active_runs,
     )
     github_name = f"chaos/{slug}"
+    # No secret of its own: deliveries come to the shared URL, signed with the
+    # deployment's GITHUB_WEBHOOK_SECRET.
     Repository.objects.create(
         workspace=workspace,
         name="calc-github",
@@ -89,7 +91,6 @@ def scope_create(stack: Stack, slug: str, *, max_active_runs: int = 1000) -> Sco
         clone_url=str(demo.sample_repository_create(origin / "github")),
         test_command=demo.test_command(),
         allowed_commands=demo.allowed_commands(),
-        webhook_secret=WEBHOOK_SECRET,
         max_active_runs=max_active_runs,
     )
     return Scope(
