@@ -105,7 +105,7 @@ TRANSCRIPT: list[tuple[int, dict[str, str], bytes]] = [
     (
         200,
         {},
-        _body(None, [_call("str_replace_editor", {"command": "view", "path": "x"}, "c4")]),
+        _body(None, [_call("apply_patch", {"patch": "*** Begin Patch"}, "c4")]),
     ),
     (
         200,
@@ -215,7 +215,7 @@ def test_run_recovers_from_every_awkward_answer_and_counts_every_reply(
     bad_json = tool_answer(requests[5], "c3")
     assert "not valid JSON" in bad_json and '"old"' in bad_json
     unknown = tool_answer(requests[6], "c4")
-    assert "unknown tool 'str_replace_editor'" in unknown and "read_file" in unknown
+    assert "unknown tool 'apply_patch'" in unknown and "str_replace_editor" in unknown
     wrong = tool_answer(requests[7], "c5")
     assert "view_range" in wrong and '"start_line"' in wrong and "TypeError" not in wrong
     assert "no tool call" in requests[8]["messages"][-1]["content"]

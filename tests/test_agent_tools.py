@@ -216,3 +216,36 @@ def test_condensation_keeps_a_300_turn_conversation_under_the_window():
             assert message["tool_call_id"] in ids
     # Condensing is deterministic: the same history condenses to the same messages.
     assert context_condense(messages, budget) == context_condense(messages, budget)
+
+
+def test_the_str_replace_editor_that_trained_models_call(own_clone):
+    toolbox = _toolbox(own_clone)
+    path = "runs/agent/verify.py"
+
+    view = toolbox.execute(
+        "str_replace_editor", {"command": "view", "path": path, "view_range": [3, -1]}
+    )
+    edit = toolbox.execute(
+        "str_replace_editor",
+        {
+            "command": "str_replace",
+            "path": path,
+            "old_str": "def verification_classify(",
+            "new_str": "def verification_sort(",
+        },
+    )
+    undo = toolbox.execute("str_replace_editor", {"command": "undo_edit", "path": path})
+    created = toolbox.execute(
+        "str_replace_editor", {"command": "create", "path": "notes/new.py", "file_text": "x = 1\n"}
+    )
+
+    assert "[... lines 1-2 above ...]" in view.output and "     3\t" in view.output
+    assert edit.data["applied"] and "restored" in undo.output
+    assert "def verification_classify(" in (own_clone.path / path).read_text()
+    assert (own_clone.path / "notes/new.py").read_text() == "x = 1\n" and "wrote" in created.output
+    with pytest.raises(ToolDenied):
+        toolbox.check(
+            "str_replace_editor",
+            {"command": "create", "path": ".github/workflows/x.yml", "file_text": "x"},
+        )
+    toolbox.check("str_replace_editor", {"command": "view", "path": ".github/workflows/x.yml"})

@@ -21,7 +21,7 @@ from runs.agent.profiles import tokens_estimate
 KEEP_RECENT_MESSAGES = 12
 CONDENSED_PREFIX = "[condensed]"
 DROPPED_PREFIX = "[earlier turns condensed]"
-EDIT_TOOLS = frozenset({"edit", "insert", "write_file", "replace_text", "undo_edit"})
+EDIT_TOOLS = frozenset({"insert", "write_file", "replace_text", "undo_edit", "str_replace_editor"})
 TEST_TOOLS = frozenset({"run_tests", "run_command"})
 ARGUMENT_KEEP_CHARS = 300
 

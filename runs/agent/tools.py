@@ -143,6 +143,32 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
         ["path"],
     ),
     _tool(
+        "str_replace_editor",
+        "The file editor that SWE-agent and OpenHands models know: view (a file with line "
+        "numbers, view_range [start, end] with -1 for the end, or a directory), create "
+        "(file_text), str_replace (old_str must occur exactly once), insert (new_str after "
+        "insert_line) and undo_edit. The same operations as read_file, write_file, "
+        "replace_text, insert and undo_edit.",
+        {
+            "command": {
+                "type": "string",
+                "enum": ["view", "create", "str_replace", "insert", "undo_edit"],
+            },
+            "path": _PATH,
+            "file_text": {"type": "string"},
+            "old_str": {"type": "string"},
+            "new_str": {"type": "string"},
+            "insert_line": {"type": "integer", "minimum": 0},
+            "view_range": {
+                "type": "array",
+                "items": {"type": "integer"},
+                "minItems": 2,
+                "maxItems": 2,
+            },
+        },
+        ["command", "path"],
+    ),
+    _tool(
         "write_file",
         "Create a file, or overwrite one completely.",
         {"path": _PATH, "content": {"type": "string"}},
@@ -171,7 +197,7 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
     ),
 ]
 TOOL_NAMES = frozenset(t["function"]["name"] for t in TOOL_SCHEMAS)
-EDIT_TOOLS = frozenset({"replace_text", "write_file", "insert", "undo_edit"})
+EDIT_TOOLS = frozenset({"replace_text", "write_file", "insert", "undo_edit", "str_replace_editor"})
 
 
 def _schema_of(name: str, tools: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -303,7 +329,8 @@ class Toolbox:
             # the call can reach: a "./" prefix or a symlink cannot sneak past the policy.
             if ".git" in relative.split("/"):
                 raise ToolDenied("the repository's .git directory is off limits")
-            if name in EDIT_TOOLS:
+            viewing = name == "str_replace_editor" and arguments.get("command") == "view"
+            if name in EDIT_TOOLS and not viewing:
                 pattern = path_is_forbidden(relative, self.policy.forbidden_paths)
                 if pattern:
                     raise ToolDenied(f"path {path!r} is forbidden by policy ({pattern})")
@@ -510,6 +537,36 @@ class Toolbox:
         previous = versions.pop()
         safefs.write_text(self.sandbox.path, path, previous)
         return ToolResult("completed", f"restored {path} to its content before the last edit")
+
+    def _tool_str_replace_editor(
+        self,
+        command: str,
+        path: str,
+        file_text: str | None = None,
+        old_str: str | None = None,
+        new_str: str | None = None,
+        insert_line: int | None = None,
+        view_range: list[int] | None = None,
+    ) -> ToolResult:
+        def missing(argument: str) -> ToolResult:
+            return ToolResult("completed", f"error: {command} needs {argument}; nothing changed")
+
+        if command == "view":
+            start, end = (view_range or [None, None])[:2]
+            return self._tool_read_file(path, start, None if end == -1 else end)
+        if command == "create":
+            if file_text is None:
+                return missing("file_text")
+            return self._tool_write_file(path, file_text)
+        if command == "str_replace":
+            if old_str is None:
+                return missing("old_str")
+            return self._tool_replace_text(path, old_str, new_str or "")
+        if command == "insert":
+            if insert_line is None or new_str is None:
+                return missing("insert_line and new_str")
+            return self._tool_insert(path, insert_line, new_str)
+        return self._tool_undo_edit(path)
 
     def _tool_write_file(self, path: str, content: str) -> ToolResult:
         try:

@@ -25,7 +25,15 @@ from runs.steps.common import S, _restore
 TURNS_PER_STEP = 6
 # Tools after which the working copy may differ from the checkpointed diff.
 MUTATING_TOOLS = frozenset(
-    {"write_file", "replace_text", "run_command", "edit", "insert", "undo_edit", "run_tests"}
+    {
+        "write_file",
+        "replace_text",
+        "run_command",
+        "insert",
+        "undo_edit",
+        "run_tests",
+        "str_replace_editor",
+    }
 )
 
 
