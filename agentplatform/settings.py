@@ -230,6 +230,9 @@ REDIS_URL = _env_value(
 RUN_LEASE_SECONDS = _env_value("RUN_LEASE_SECONDS", int, 30)
 # How many crash recoveries a run gets before it fails.
 RUN_MAX_RECOVERIES = _env_value("RUN_MAX_RECOVERIES", int, 3)
+# Retries of a step that could not reach the database (backoff capped at 30 s): a
+# database restart or a moment without free connections must not fail runs.
+RUN_STEP_DATABASE_RETRIES = _env_value("RUN_STEP_DATABASE_RETRIES", int, 60)
 # Submissions to one workspace admitted side by side while far from its limits (see
 # runs.services); 0 admits one at a time.
 ADMISSION_LANES = _env_value("ADMISSION_LANES", int, 8)

@@ -118,7 +118,10 @@ def lease_acquire(*, run_id: uuid.UUID | str, step_no: int, owner: str) -> Lease
             f"UPDATE {table} SET lease_owner = %s, lease_until = %s, heartbeat_at = %s, "  # noqa: S608 - table name is ours
             "attempt = attempt + 1 "
             f"WHERE id = %s AND step_no = %s AND status IN ({', '.join(['%s'] * len(active))}) "
-            "AND (lease_until IS NULL OR lease_until < %s) RETURNING attempt",
+            # A retry of this very attempt (same owner) may take back a lease it could
+            # not release, e.g. when the database went away mid-step.
+            "AND (lease_until IS NULL OR lease_until < %s OR lease_owner = %s) "
+            "RETURNING attempt",
             [
                 owner,
                 now + timedelta(seconds=settings.RUN_LEASE_SECONDS),
@@ -127,6 +130,7 @@ def lease_acquire(*, run_id: uuid.UUID | str, step_no: int, owner: str) -> Lease
                 step_no,
                 *active,
                 now,
+                owner,
             ],
         )
         row = cursor.fetchone()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
+from jobs.backoff import backoff_delay
 from jobs.durable import DurableTask
 from runs import engine
 
@@ -16,15 +19,30 @@ from runs import engine
     # step, and a retry would need the database just to record that it is retrying.
     ignore_result=True,
     autoretry_for=(Exception,),
-    dont_autoretry_for=(engine.StepFailed,),
+    dont_autoretry_for=(engine.StepFailed, OperationalError, InterfaceError),
     retry_backoff=2,
     retry_backoff_max=120,
     retry_jitter=True,
     max_retries=5,
 )
-def run_step(self: DurableTask, run_id: str, step_no: int) -> str:
-    """Advance a run by one step if this message is still the current one."""
-    return engine.step_execute(run_id=run_id, step_no=step_no)
+def run_step(self: DurableTask, run_id: str, step_no: int, owner: str | None = None) -> str:
+    """Advance a run by one step if this message is still the current one.
+
+    When the database is unreachable or out of connections, that is no fault of the
+    step: it is retried (with the same lease owner, so a lease it could not give back
+    does not block it) for as long as ``RUN_STEP_DATABASE_RETRIES`` allows, apart from
+    the step's own retry budget, instead of ending the run.
+    """
+    owner = owner or engine.worker_identity()
+    try:
+        return engine.step_execute(run_id=run_id, step_no=step_no, owner=owner)
+    except (OperationalError, InterfaceError) as exc:
+        raise self.retry(
+            exc=exc,
+            kwargs={"owner": owner},
+            countdown=backoff_delay(attempt=min(self.request.retries + 1, 6), base=0.5, cap=30.0),
+            max_retries=settings.RUN_STEP_DATABASE_RETRIES,
+        ) from exc
 
 
 @shared_task(name="runs.zombies_reap", base=DurableTask, ignore_result=True)

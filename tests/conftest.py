@@ -84,7 +84,14 @@ def repository(workspace: Any, sample_repo: Path) -> Any:
 class WorkerProcess:
     """A real Celery worker (prefork) in its own process group, on the test database."""
 
-    def __init__(self, name: str, log_dir: Path, queues: str, concurrency: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        log_dir: Path,
+        queues: str,
+        concurrency: int,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.log_path = log_dir / f"worker-{name}.log"
         db = settings.DATABASES["default"]
@@ -94,6 +101,7 @@ class WorkerProcess:
             "DATABASE_URL": (f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"),
             "AGENTPLATFORM_VAR_DIR": str(settings.VAR_DIR),
             "SANDBOX_ROOT": str(settings.SANDBOX_ROOT),
+            **(env or {}),
         }
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
@@ -166,9 +174,12 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     workers: list[WorkerProcess] = []
 
     def start(
-        name: str = "w", queues: str = "agent,verify,events,webhooks", concurrency: int = 2
+        name: str = "w",
+        queues: str = "agent,verify,events,webhooks",
+        concurrency: int = 2,
+        env: dict[str, str] | None = None,
     ) -> WorkerProcess:
-        worker = WorkerProcess(name, tmp_path, queues, concurrency)
+        worker = WorkerProcess(name, tmp_path, queues, concurrency, env)
         workers.append(worker)
         return worker
 
