@@ -552,8 +552,8 @@ class Toolbox:
             return ToolResult("completed", f"error: {command} needs {argument}; nothing changed")
 
         if command == "view":
-            start, end = (view_range or [None, None])[:2]
-            return self._tool_read_file(path, start, None if end == -1 else end)
+            start, end = (view_range or [0, -1])[:2]
+            return self._tool_read_file(path, start or None, None if end == -1 else end)
         if command == "create":
             if file_text is None:
                 return missing("file_text")
