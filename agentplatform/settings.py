@@ -249,6 +249,9 @@ LOCAL_REPOSITORY_ROOTS = _env_value(
 )
 # When set, clone URLs must name one of these hosts.
 REPOSITORY_HOST_ALLOWLIST = _env_value("REPOSITORY_HOST_ALLOWLIST", list, [])
+# Cached results of repositories' setup commands (mounted read-only into sandboxes).
+SETUP_CACHE_ROOT = Path(_env_value("SETUP_CACHE_ROOT", str, str(VAR_DIR / "setup-cache")))
+SETUP_TIMEOUT_SECONDS = _env_value("SETUP_TIMEOUT_SECONDS", int, 900)
 # The platform's own git repositories (never mounted into a sandbox).
 PLATFORM_GIT_ROOT = Path(_env_value("PLATFORM_GIT_ROOT", str, str(VAR_DIR / "platform-git")))
 COMMAND_TIMEOUT_SECONDS = _env_value("COMMAND_TIMEOUT_SECONDS", int, 300)

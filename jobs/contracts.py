@@ -152,6 +152,12 @@ CATALOG: list[EventType] = [
         optional={"ref": STR, "sandbox": STR},
     ),
     _e(
+        "agent.setup.completed",
+        "The repository's setup ran in the sandbox, or its cached result was mounted read-only.",
+        required={"cache_key": STR, "cached": BOOL, "duration_ms": INT},
+        optional={"network": BOOL},
+    ),
+    _e(
         "agent.context.loaded",
         "The repository map was built for the model.",
         required={"artifact_id": STR},

@@ -59,6 +59,12 @@ def sample_repository_create(root: Path, files: dict[str, str] | None = None) ->
     return bare
 
 
+# The sample repository's setup: a virtualenv of its own in the working copy (it has no
+# dependencies to install), and its interpreter for the tests.
+SETUP_COMMAND = "python3 -m venv --without-pip .venv"
+REPOSITORY_PYTHON = ".venv/bin/python"
+
+
 def test_command(python: str = "python3") -> str:
     return f"{python} -m unittest discover -s tests -q"
 

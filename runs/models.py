@@ -18,6 +18,28 @@ if TYPE_CHECKING:
 DEFAULT_FORBIDDEN_PATHS = [".github/workflows/**", ".env*", "*.pem"]
 
 
+def default_setup_cache_paths() -> list[str]:
+    return [".venv"]
+
+
+def default_setup_lock_files() -> list[str]:
+    return [
+        "requirements*.txt",
+        "pyproject.toml",
+        "setup.py",
+        "setup.cfg",
+        "poetry.lock",
+        "uv.lock",
+        "Pipfile.lock",
+        "package-lock.json",
+        "yarn.lock",
+        "pnpm-lock.yaml",
+        "go.sum",
+        "Cargo.lock",
+        "Gemfile.lock",
+    ]
+
+
 def default_forbidden_paths() -> list[str]:
     return list(DEFAULT_FORBIDDEN_PATHS)
 
@@ -109,6 +131,14 @@ class Repository(models.Model):
     clone_url = models.CharField(max_length=1000, help_text="URL or local path to clone from")
     default_branch = models.CharField(max_length=200, default="main")
     test_command = models.CharField(max_length=1000, default="python -m pytest -q")
+    # Run in the sandbox before the agent starts (e.g. "python3 -m venv .venv &&
+    # .venv/bin/pip install -e ."); its result is cached per lock-file hash and mounted
+    # read-only into every later sandbox of the repository.
+    setup_command = models.CharField(max_length=2000, blank=True)
+    # The setup phase only; commands of the agent never have a network.
+    setup_network = models.BooleanField(default=False)
+    setup_cache_paths = models.JSONField(default=default_setup_cache_paths, blank=True)
+    setup_lock_files = models.JSONField(default=default_setup_lock_files, blank=True)
     webhook_secret = models.CharField(max_length=200, blank=True)
     forbidden_paths = models.JSONField(default=default_forbidden_paths, blank=True)
     allowed_commands = models.JSONField(default=default_allowed_commands, blank=True)

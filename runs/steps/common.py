@@ -7,31 +7,46 @@ from typing import Any
 
 from runs.agent.artifacts import redact
 from runs.agent.budget import Spent, budget_exhausted, budget_used
-from runs.agent.sandbox import LocalSandbox, SandboxError
+from runs.agent.sandbox import CommandCancelled, LocalSandbox, SandboxError
+from runs.agent.setup import SetupFailed, SetupResult, setup_ensure
 from runs.agent.workspace import workspace_ensure, workspace_restore
-from runs.engine import Outcome, StepContext, StepFailed
+from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import Run
 
 S = Run.Status
 
 
+def _setup(ctx: StepContext, sandbox: LocalSandbox) -> SetupResult | None:
+    """The repository's setup mounted read-only into ``sandbox`` (made if not cached)."""
+    try:
+        return setup_ensure(repository=ctx.repository, sandbox=sandbox, should_stop=ctx.should_stop)
+    except CommandCancelled as exc:
+        raise RunCancelled() from exc
+    except SetupFailed as exc:
+        raise StepFailed("setup_failed", str(exc)) from exc
+
+
 def _sandbox(ctx: StepContext) -> Any:
     try:
-        return workspace_ensure(
+        sandbox = workspace_ensure(
             run=ctx.run, attempt=ctx.lease.attempt, diff=ctx.checkpoint.get("diff")
         )
     except SandboxError as exc:
         raise StepFailed("sandbox_error", str(exc)) from exc
+    _setup(ctx, sandbox)
+    return sandbox
 
 
 def _restore(ctx: StepContext) -> LocalSandbox:
     """The working copy exactly as the checkpoint describes it (see workspace_restore)."""
     try:
-        return workspace_restore(
+        sandbox = workspace_restore(
             run=ctx.run, attempt=ctx.lease.attempt, diff=ctx.checkpoint.get("diff")
         )
     except SandboxError as exc:
         raise StepFailed("sandbox_error", str(exc)) from exc
+    _setup(ctx, sandbox)
+    return sandbox
 
 
 def _retry_with_feedback(ctx: StepContext, *, reason: str, feedback: str) -> Outcome:

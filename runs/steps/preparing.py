@@ -6,7 +6,7 @@ from runs.agent.sandbox import SandboxError
 from runs.agent.workspace import workspace_clone
 from runs.engine import Outcome, StepContext, StepFailed
 from runs.models import PullRequest
-from runs.steps.common import S
+from runs.steps.common import S, _setup
 
 
 def step_queued(ctx: StepContext) -> Outcome:
@@ -31,4 +31,17 @@ def step_preparing(ctx: StepContext) -> Outcome:
         "agent.sandbox.created",
         {"base_commit": sha, "ref": start_ref, "sandbox": sandbox.path.name},
     )
+    # The repository's environment before the agent starts (network only if its policy
+    # says so, and only here); later steps mount the cached result read-only.
+    setup = _setup(ctx, sandbox)
+    if setup is not None:
+        ctx.emit(
+            "agent.setup.completed",
+            {
+                "cache_key": setup.key,
+                "cached": setup.cached,
+                "duration_ms": setup.duration_ms,
+                "network": ctx.repository.setup_network,
+            },
+        )
     return Outcome(to=S.CONTEXT_LOADING, fields={"base_commit": sha, "branch": branch})

@@ -126,8 +126,12 @@ class Command(BaseCommand):
             defaults={
                 "clone_url": str(bare),
                 "default_branch": "main",
-                "test_command": demo.test_command(),
-                "allowed_commands": demo.allowed_commands(),
+                # The repository's own environment, made by its setup command in the
+                # sandbox and cached read-only; the tests never use the platform's
+                # interpreter.
+                "setup_command": demo.SETUP_COMMAND,
+                "test_command": demo.test_command(demo.REPOSITORY_PYTHON),
+                "allowed_commands": demo.allowed_commands(demo.REPOSITORY_PYTHON),
             },
         )
         children = start_children(Path(settings.VAR_DIR) / "log")

@@ -1,0 +1,178 @@
+"""Per-repository setup: the repository's own environment, made once and shared read-only.
+
+A repository's ``setup_command`` (e.g. ``python3 -m venv .venv && .venv/bin/pip install
+-e .``) runs in the sandbox, in a fresh working copy, before the agent starts; the
+network is off unless the repository's ``setup_network`` allows it, and only for this
+phase. What it leaves at ``setup_cache_paths`` (``.venv`` by default) is moved into a
+cache keyed by the repository, the command and the content of its lock files, made
+read-only, and mounted read-only at the same place in every later sandbox of the
+repository: the next run starts fast, tests run with the repository's environment (never
+the platform's interpreter), and no run can change what the next one gets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import fnmatch
+import hashlib
+import json
+import os
+import shutil
+import stat
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+from runs.agent import safefs
+from runs.agent.sandbox import LocalSandbox, SandboxError
+from runs.models import Repository
+
+COMPLETE_MARKER = ".setup-complete"
+MAX_LOCK_FILE_BYTES = 16 * 1024**2
+
+
+class SetupFailed(SandboxError):
+    """The repository's setup command failed; the run cannot start."""
+
+
+@dataclass
+class SetupResult:
+    key: str
+    cached: bool
+    duration_ms: int
+    output: str = ""
+
+
+def setup_key(repository: Repository, sandbox: LocalSandbox) -> str:
+    """Repository, command, cache paths and the content of every lock file present."""
+    digest = hashlib.sha256()
+    digest.update(
+        json.dumps(
+            [repository.pk, repository.setup_command, sorted(repository.setup_cache_paths)]
+        ).encode()
+    )
+    patterns = list(repository.setup_lock_files)
+    for entry in safefs.walk(sandbox.path):
+        name = entry.path.rsplit("/", 1)[-1]
+        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
+            continue
+        with contextlib.suppress(OSError, safefs.UnsafePath):
+            content = safefs.read_bytes(sandbox.path, entry.path, limit=MAX_LOCK_FILE_BYTES)
+            digest.update(entry.path.encode() + b"\0" + hashlib.sha256(content).digest())
+    return digest.hexdigest()[:32]
+
+
+def setup_cache_dir(repository: Repository, key: str) -> Path:
+    return Path(settings.SETUP_CACHE_ROOT) / f"repository-{repository.pk}" / key
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """One setup per cache key at a time on this host."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _read_only(root: Path) -> None:
+    for directory, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in [*dirnames, *filenames]:
+            path = Path(directory) / name
+            info = path.lstat()
+            if not stat.S_ISLNK(info.st_mode):
+                path.chmod(stat.S_IMODE(info.st_mode) & ~0o222)
+    root.chmod(stat.S_IMODE(root.lstat().st_mode) & ~0o222)
+
+
+def _capture(repository: Repository, sandbox: LocalSandbox, cache: Path) -> None:
+    """Move the setup's results out of the working copy into the cache, read-only."""
+    staging = cache.parent / f".{cache.name}.{uuid.uuid4().hex[:8]}"
+    staging.mkdir(parents=True)
+    try:
+        for relative in repository.setup_cache_paths:
+            relative = safefs.clean(relative)
+            if not relative:
+                continue
+            # A link here would make the read-only mount bind whatever it points at.
+            kind = safefs.kind(sandbox.path, relative)
+            if kind == "missing":
+                continue
+            if kind not in ("dir", "file"):
+                raise SetupFailed(f"setup left {relative!r} as a {kind}, not a directory or file")
+            target = staging / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(sandbox.path / relative), str(target))
+        (staging / COMPLETE_MARKER).write_text("ok\n")
+        _read_only(staging)
+        staging.rename(cache)
+    except BaseException:
+        _writable_rmtree(staging)
+        raise
+
+
+def _writable_rmtree(path: Path) -> None:
+    if not path.exists():
+        return
+    for directory, _, _ in os.walk(path, followlinks=False):
+        with contextlib.suppress(OSError):
+            Path(directory).chmod(0o755)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def setup_mount(repository: Repository, sandbox: LocalSandbox, key: str) -> None:
+    """Mount the cached setup read-only at its place in the working copy."""
+    cache = setup_cache_dir(repository, key)
+    sandbox.readonly_mounts = {
+        safefs.clean(relative): cache / safefs.clean(relative)
+        for relative in repository.setup_cache_paths
+        if safefs.clean(relative) and (cache / safefs.clean(relative)).exists()
+    }
+
+
+def setup_ensure(
+    *,
+    repository: Repository,
+    sandbox: LocalSandbox,
+    should_stop: Callable[[], bool] | None = None,
+) -> SetupResult | None:
+    """The repository's setup for this working copy, from the cache or made now, and
+    mounted; None when the repository has no setup command."""
+    command = repository.setup_command.strip()
+    if not command:
+        return None
+    started = time.monotonic()
+    key = setup_key(repository, sandbox)
+    cache = setup_cache_dir(repository, key)
+    output = ""
+    cached = (cache / COMPLETE_MARKER).exists()
+    if not cached:
+        with _locked(cache.parent / f".{key}.lock"):
+            cached = (cache / COMPLETE_MARKER).exists()
+            if not cached:
+                result = sandbox.run(
+                    command,
+                    timeout=settings.SETUP_TIMEOUT_SECONDS,
+                    should_stop=should_stop,
+                    network=repository.setup_network,
+                )
+                output = result.output
+                if not result.ok:
+                    why = "timed out" if result.timed_out else f"exit code {result.exit_code}"
+                    raise SetupFailed(f"setup command failed ({why}): {output[-2000:]}")
+                _capture(repository, sandbox, cache)
+    setup_mount(repository, sandbox, key)
+    return SetupResult(
+        key=key,
+        cached=cached,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        output=output,
+    )
