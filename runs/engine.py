@@ -113,9 +113,16 @@ def lease_acquire(*, run_id: uuid.UUID | str, step_no: int, owner: str) -> Lease
     active = sorted(ACTIVE)
     # One statement takes the lease and returns the new fencing token: the step's wake-up
     # latency is mostly round trips to the database.
+    # The lease need not wait for its own disk flush: the step's commit flushes it (WAL
+    # is written in order), and if PostgreSQL crashes before that, the lease and the
+    # step are lost together and the fenced commit refuses. Sent in the same round trip
+    # (one implicit transaction); only outside a caller's transaction, whose commit must
+    # stay synchronous.
+    relaxed = connection.vendor == "postgresql" and not connection.in_atomic_block
+    prefix = "SET LOCAL synchronous_commit TO OFF; " if relaxed else ""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {table} SET lease_owner = %s, lease_until = %s, heartbeat_at = %s, "  # noqa: S608 - table name is ours
+            prefix + f"UPDATE {table} SET lease_owner = %s, lease_until = %s, heartbeat_at = %s, "  # noqa: S608 - table name is ours
             "attempt = attempt + 1 "
             f"WHERE id = %s AND step_no = %s AND status IN ({', '.join(['%s'] * len(active))}) "
             # A retry of this very attempt (same owner) may take back a lease it could
@@ -133,6 +140,8 @@ def lease_acquire(*, run_id: uuid.UUID | str, step_no: int, owner: str) -> Lease
                 owner,
             ],
         )
+        if relaxed:
+            cursor.nextset()  # past the SET's (empty) result
         row = cursor.fetchone()
     if row is None:
         return None

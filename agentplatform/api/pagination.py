@@ -29,6 +29,18 @@ class LimitOffsetPagination(pagination.LimitOffsetPagination):
     def get_offset(self, request: Request) -> int:
         return SequenceCursorPagination._int_param(request, self.offset_query_param, 0)
 
+    # Counting every row of a long list costs more than the page itself (a quarter of a
+    # second over 100,000 runs): ``count`` is exact up to this many rows past the page,
+    # and past that a lower bound, which still tells whether a next page exists.
+    count_lookahead = 1000
+
+    def get_count(self, queryset: Any) -> int:
+        if not isinstance(queryset, QuerySet):
+            return len(queryset)
+        offset = self.get_offset(self.request) if self.request is not None else 0
+        bound = offset + (self.limit or 0) + self.count_lookahead
+        return int(queryset[:bound].count())
+
 
 class SequenceCursorPagination:
     """Events after a sequence number, in order; ``next`` carries the last one seen.
