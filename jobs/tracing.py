@@ -126,3 +126,9 @@ def event_bind(payload: Mapping[str, Any]) -> None:
     structlog.contextvars.bind_contextvars(**{k: v for k, v in fields.items() if v})
     if _current.get() is None:
         trace_activate(traceparent_child(payload.get("traceparent")))
+
+
+def traceparent_header() -> dict[str, str]:
+    """``{"traceparent": ...}`` of the current trace, to store or send; empty when none."""
+    current = _current.get()
+    return {"traceparent": current} if current else {}

@@ -271,3 +271,28 @@ def test_a_runs_own_secrets_are_redacted_once_its_step_binds(workspace, json_log
     assert line["event"] == "echo [REDACTED] and [REDACTED]"
     assert line["run_id"] == str(run.id)
     assert line["trace_id"] == tracing.trace_id_of(task.traceparent)
+
+
+@pytest.mark.django_db
+def test_a_webhook_trace_reaches_the_task_it_creates(client, settings, json_log):
+    from tests.test_webhook_support import GITHUB_SECRET, corpus, github_post
+    from webhooks.models import WebhookReceipt
+    from webhooks.processing import webhook_receipt_process
+
+    settings.GITHUB_WEBHOOK_SECRET = GITHUB_SECRET
+    RepositoryFactory(external_id="octo/traced")
+    payload = corpus("github", "issues/labeled")
+    payload["label"]["name"] = "agent"
+    payload["repository"]["full_name"] = "octo/traced"
+    response = github_post(client, payload, "issues", delivery="traced-1")
+    assert response.status_code == 202
+    (line,) = [line for line in json_log() if line["event"] == "http.response"]
+    receipt = WebhookReceipt.objects.get()
+    assert tracing.trace_id_of(receipt.headers["traceparent"]) == line["trace_id"]
+
+    tracing.trace_clear()  # processed later, by a worker or a sweep, outside the request
+    webhook_receipt_process(receipt_id=receipt.pk)
+    task = Task.objects.get()
+    assert tracing.trace_id_of(task.traceparent) == line["trace_id"]
+    submitted = OutboxEvent.objects.get(type="agent.task.submitted")
+    assert tracing.trace_id_of(submitted.payload["traceparent"]) == line["trace_id"]

@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from jobs import tracing
 from runs.models import Repository
 from webhooks import metrics
 from webhooks.logs import log
@@ -233,7 +234,9 @@ def webhook_receipt_record(
                 action=str(action or "")[:100],
                 hook_id=hook_id[:100],
                 delivery_id=delivery_id[:300],
-                headers=headers_storable(headers),
+                # The delivery's trace (made by the request middleware) goes with the
+                # receipt, so processing continues it however late or often it runs.
+                headers={**headers_storable(headers), **tracing.traceparent_header()},
                 payload=payload,
                 repository_ids=repository_ids,
                 size_bytes=size_bytes,

@@ -21,6 +21,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from jobs import tracing
 from runs.models import PullRequest, Repository, Task
 from runs.services import (
     CommandRefused,
@@ -742,6 +743,7 @@ def webhook_receipt_process(*, receipt_id: int) -> str:
                 return "missing"
             if receipt.status in (WebhookReceipt.Status.PROCESSED, WebhookReceipt.Status.IGNORED):
                 return receipt.status
+            tracing.trace_activate((receipt.headers or {}).get("traceparent"))
             outcome = webhook_route(receipt=receipt)
             now = timezone.now()
             WebhookReceipt.objects.filter(pk=receipt_id).update(
