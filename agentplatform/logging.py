@@ -8,6 +8,7 @@ then JSON (production) or aligned key=value lines (development).
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Iterable
@@ -24,19 +25,25 @@ _SECRET_KEY = re.compile(
 # Secrets recognisable by their shape, wherever they appear in a message.
 _SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     # user:password@ or token@ in a URL (clone URLs, DSNs)
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@:]*(?::[^/\s@]*)?@"), r"\1[REDACTED]@"),
-    (re.compile(r"(?i)\bbearer\s+[a-z0-9._~+/=-]{8,}"), "Bearer [REDACTED]"),
-    (re.compile(r"\b(gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"), "[REDACTED]"),
+    (re.compile(r"(?i:\b([a-z][a-z0-9+.-]*://)[^/\s@:]*(?::[^/\s@]*)?@)"), r"\1[REDACTED]@"),
+    (re.compile(r"(?i:\bbearer\s+[a-z0-9._~+/=-]{8,})"), "Bearer [REDACTED]"),
+    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"), "[REDACTED]"),
     (re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), "[REDACTED]"),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), "[REDACTED]"),
     (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), "[REDACTED]"),
     (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), "[REDACTED]"),
     (
-        re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
+        re.compile(r"(?s:-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----)"),
         "[REDACTED]",
     ),
 )
+# Substrings every shape above contains: most strings hold none and skip the regexes.
+_SHAPE_MARKERS = ("://", "earer", "EARER", "gh", "glpat-", "sk-", "xox", "AKIA", "PRIVATE KEY")
 REDACTED = "[REDACTED]"
+# Settings named like secrets that only describe one (a cookie's name, a token's rate).
+_NOT_A_SECRET_SETTING = re.compile(
+    r"_(NAME|RATE|AGE|PATH|DOMAIN|SECURE|HTTPONLY|SAMESITE|HEADER|CLASS|BACKEND|MODULE)S?$"
+)
 # Shorter values would redact ordinary words.
 _MIN_SECRET_LENGTH = 6
 _MAX_KNOWN_SECRETS = 2000
@@ -70,9 +77,13 @@ def secrets_from_settings(settings: Any) -> list[str]:
     for name in dir(settings):
         if not name.isupper() or not _SECRET_KEY.search(name.lower()):
             continue
+        if _NOT_A_SECRET_SETTING.search(name):  # SESSION_COOKIE_NAME, API_THROTTLE_TOKEN_RATE
+            continue
         value = getattr(settings, name, None)
         if isinstance(value, str):
             found.append(value)
+        elif isinstance(value, list | tuple):  # SECRET_KEY_FALLBACKS
+            found.extend(item for item in value if isinstance(item, str))
     database = getattr(settings, "DATABASES", {}).get("default", {})
     if database.get("PASSWORD"):
         found.append(str(database["PASSWORD"]))
@@ -80,12 +91,20 @@ def secrets_from_settings(settings: Any) -> list[str]:
 
 
 def redact_text(text: str) -> str:
+    if len(text) < _MIN_SECRET_LENGTH:
+        return text
     pattern = _known_pattern
-    if pattern is not None:
+    if pattern is not None and pattern.search(text):
         text = pattern.sub(REDACTED, text)
-    for regex, replacement in _SECRET_PATTERNS:
-        text = regex.sub(replacement, text)
+    if any(marker in text for marker in _SHAPE_MARKERS):
+        for regex, replacement in _SECRET_PATTERNS:
+            text = regex.sub(replacement, text)
     return text
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_secret_key(key: str) -> bool:
+    return bool(_SECRET_KEY.search(key))
 
 
 def redact_value(value: Any, depth: int = 0) -> Any:
@@ -97,7 +116,7 @@ def redact_value(value: Any, depth: int = 0) -> Any:
         return {
             k: (
                 REDACTED
-                if isinstance(k, str) and _SECRET_KEY.search(k) and v not in (None, "")
+                if isinstance(k, str) and _is_secret_key(k) and v not in (None, "")
                 else redact_value(v, depth + 1)
             )
             for k, v in value.items()
