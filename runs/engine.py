@@ -12,6 +12,7 @@ lost its lease writes nothing. The next step is dispatched on commit.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
 import time
 import uuid
@@ -180,7 +181,13 @@ class Heartbeat:
         self.cancelled = False
         self.lost = False
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="run-heartbeat", daemon=True)
+        # In the step's context: its log lines carry the run, task and trace ids.
+        self._thread = threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(self._loop,),
+            name="run-heartbeat",
+            daemon=True,
+        )
 
     def _loop(self) -> None:
         interval = max(0.5, settings.RUN_LEASE_SECONDS / 3)

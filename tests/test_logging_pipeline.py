@@ -296,3 +296,29 @@ def test_a_webhook_trace_reaches_the_task_it_creates(client, settings, json_log)
     assert tracing.trace_id_of(task.traceparent) == line["trace_id"]
     submitted = OutboxEvent.objects.get(type="agent.task.submitted")
     assert tracing.trace_id_of(submitted.payload["traceparent"]) == line["trace_id"]
+
+
+@pytest.mark.django_db
+def test_the_heartbeat_thread_logs_in_its_steps_context(monkeypatch, settings, json_log):
+    import structlog
+
+    from runs import engine
+
+    def refuse(lease):
+        raise RuntimeError("database unreachable")
+
+    monkeypatch.setattr(engine, "lease_renew", refuse)
+    settings.RUN_LEASE_SECONDS = 1
+    structlog.contextvars.bind_contextvars(task_id="task-in-context", trace_id="b" * 32)
+    try:
+        lease = engine.Lease(run_id=__import__("uuid").uuid4(), owner="w", attempt=1, step_no=0)
+        with engine.Heartbeat(lease):
+            time.sleep(1.3)
+    finally:
+        structlog.contextvars.unbind_contextvars("task_id", "trace_id")
+    failed = [line for line in json_log() if line["event"] == "heartbeat.failed"]
+    assert failed
+    assert {(line["task_id"], line["trace_id"]) for line in failed} == {
+        ("task-in-context", "b" * 32)
+    }
+    assert "RuntimeError: database unreachable" in failed[0]["exception"]
