@@ -161,6 +161,7 @@ def check(load: Load, *, exits: list[str]) -> Findings:
 
 def _check(load: Load, exits: list[str]) -> Findings:
     from django.db import connection
+    from django.db.models import Count
 
     from jobs.models import DeadLetter
     from runs.models import ModelTurn, PullRequest, Run, RunEvent, Task
@@ -252,7 +253,9 @@ def _check(load: Load, exits: list[str]) -> Findings:
             if not run.failure_reason:
                 found.violations.append(f"no reason: run {run.id} {run.status} without a reason")
 
-    # Model turns: the checkpoint answers a re-executed turn, so one completion event each.
+    # Model turns: the checkpoint answers a re-executed turn, so a completed run of the
+    # scripted agent holds exactly its script's turns (the plan and each act turn) and
+    # one completion event per turn; a turn asked again shows up as one more.
     turns = ModelTurn.objects.filter(run__task__workspace_id=workspace_id).count()
     turn_events = RunEvent.objects.filter(
         run__task__workspace_id=workspace_id, type="agent.model.turn.completed"
@@ -263,6 +266,23 @@ def _check(load: Load, exits: list[str]) -> Findings:
             abs(turn_events - turns),
             f"model turns asked again: {turn_events} turn events for {turns} checkpointed turns",
         )
+    counts = dict(
+        ModelTurn.objects.filter(run__task__workspace_id=workspace_id)
+        .values_list("run_id")
+        .annotate(n=Count("id"))
+    )
+    tasks_by_id = {t.pk: t for t in tasks}
+    for run in runs:
+        script = (tasks_by_id[run.task_id].model_options or {}).get("script") or {}
+        if run.status != "completed" or run.retries or "turns" not in script:
+            continue
+        expected = 1 + len(script["turns"])
+        if counts.get(run.pk, 0) > expected:
+            found.add(
+                "duplicated",
+                counts[run.pk] - expected,
+                f"run {run.id}: {counts[run.pk]} model turns for a {expected}-turn script",
+            )
 
     # Pull requests: one per task in the database and at the GitHub server, unique numbers.
     prs = list(PullRequest.objects.filter(task__workspace_id=workspace_id))

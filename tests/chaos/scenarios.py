@@ -11,7 +11,8 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -116,6 +117,7 @@ class Harness:
         self.profile = profile
         self.rng = random.Random(seed)
         self.recovery_marks: list[tuple[list[str], float]] = []
+        self.pending_threads: list[threading.Thread] = []
 
     def load(self, name: str, **kwargs: Any) -> Load:
         scope = db(lambda: scope_create(self.stack, f"chaos-{name}", **kwargs))
@@ -127,6 +129,10 @@ class Harness:
         self.recovery_marks.append((runs, at if at is not None else time.time()))
 
     def finish(self, result: Result, load: Load, started: float, exits_before: int) -> Result:
+        # Requests sent during an outage may still be waiting for their answer.
+        for thread in self.pending_threads:
+            thread.join(timeout=60)
+        self.pending_threads.clear()
         drain = invariants.wait_drained(load, self.profile.drain_bound, self.stack.supervise)
         if drain >= self.profile.drain_bound:
             state = db(lambda: invariants.progress(load))
@@ -139,6 +145,26 @@ class Harness:
         self.recovery_marks.clear()
         result.seconds = time.monotonic() - started
         return result
+
+    @contextmanager
+    def arrivals(self, load: Load) -> Iterator[None]:
+        """Submissions and deliveries keep arriving (from two threads) while the block
+        runs; the block ends on time however long the requests hang."""
+        stop = threading.Event()
+
+        def send(action: Callable[[], Any]) -> None:
+            while not stop.is_set():
+                action()
+
+        threads = [
+            self.background(partial(send, load.submit)),
+            self.background(partial(send, load.deliver)),
+        ]
+        try:
+            yield
+        finally:
+            stop.set()
+            self.pending_threads.extend(threads)
 
     def background(self, target: Callable[[], None]) -> threading.Thread:
         thread = threading.Thread(target=target, daemon=True)
@@ -188,11 +214,8 @@ class Harness:
             self.mark_fault(load)
             self.stack.redis.kill()
             result.faults += 1
-            # Work keeps arriving during the outage.
-            outage_end = time.monotonic() + 3
-            while time.monotonic() < outage_end:
-                load.submit()
-                load.deliver()
+            with self.arrivals(load):
+                time.sleep(3)
             self.stack.redis.start()
             self.recovery_marks[-1] = (self.recovery_marks[-1][0], time.time())
             time.sleep(4)
@@ -214,10 +237,8 @@ class Harness:
             self.mark_fault(load)
             self.stack.postgres.stop("immediate" if n % 2 else "fast")
             result.faults += 1
-            outage_end = time.monotonic() + 2
-            while time.monotonic() < outage_end:
-                load.submit()
-                load.deliver()
+            with self.arrivals(load):
+                time.sleep(2)
             self.stack.postgres.start()
             self.recovery_marks[-1] = (self.recovery_marks[-1][0], time.time())
             time.sleep(4)
@@ -232,14 +253,15 @@ class Harness:
         # A workspace limit far below the burst: the rest must be deferred, not dropped.
         load = self.load("burst", max_active_runs=self.profile.burst_run)
         sent = time.monotonic()
-        # The first runs do the whole job; the rest carry a budget of no model turns, so
-        # each is admitted (at once or after deferral), runs its first steps and ends
-        # with budget_exhausted: the burst exercises intake and admission, not the model.
+        # The first runs do the whole job; the rest carry a spent budget (no wall clock,
+        # no model turns), so each is admitted (at once or after deferral) and ends at
+        # its first step, timed out with its reason: the burst exercises intake and
+        # admission, not the sandbox.
         load.submit_many(self.profile.burst_run, concurrency=4)
         load.submit_many(
             self.profile.burst - self.profile.burst_run,
             concurrency=8,
-            budget={"model_turns": 0},
+            budget={"wall_clock_seconds": 0, "model_turns": 0},
         )
         elapsed = time.monotonic() - sent
         statuses: dict[str, int] = {}
