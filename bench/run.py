@@ -1170,24 +1170,44 @@ class Bench:
 
     # 11: capacity
 
+    def backend_pids(self) -> list[int]:
+        """PostgreSQL backends serving the bench database (their CPU is ours)."""
+        import psycopg
+
+        with psycopg.connect(self.env["BENCH_ADMIN_URL"], autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s",
+                [self.env["BENCH_DATABASE"]],
+            ).fetchall()
+        return [pid for (pid,) in rows]
+
     def m_capacity(self) -> None:
         runs = 4 if self.tiny else self.args.runs
         concurrencies = [1, 2] if self.tiny else [1, 2, 4]
         say(f"capacity: steps/s with {concurrencies} worker processes")
         rates: dict[int, list[float]] = {}
-        cpu_share: dict[int, list[float]] = {}
+        share: dict[tuple[int, str], list[float]] = {}
+        redis_pids = [c.pid for c in self.procs.children if "redis-server" in str(c.args)]
         for c in concurrencies:
             children = self.worker(c, name=f"cap-worker-{c}")
             self.steps_rep(2)
             for _ in range(self.reps):
-                pids = [child.pid for child in children]
-                before = cpu_seconds(pids)
+                groups = {
+                    "worker": [child.pid for child in children],
+                    "postgres": self.backend_pids(),
+                    "redis": redis_pids,
+                }
+                before = {k: cpu_seconds(v) for k, v in groups.items()}
                 t = time.monotonic()
-                rate, _extra = self.steps_rep(runs)
+                rate, extra = self.steps_rep(runs)
+                elapsed = time.monotonic() - t
                 rates.setdefault(c, []).append(rate)
-                cpu_share.setdefault(c, []).append(
-                    (cpu_seconds(pids) - before) / (time.monotonic() - t)
-                )
+                # Backends opened during the rep are missed; with persistent connections
+                # there are next to none (figure 10).
+                for k, v in groups.items():
+                    used = cpu_seconds(v) - before[k]
+                    share.setdefault((c, k), []).append(used / elapsed)
+                    share.setdefault((c, k + "_ms"), []).append(used / extra["steps"] * 1000)
             for child in children:
                 self.procs.stop(child)
         base = rates[concurrencies[0]]
@@ -1201,7 +1221,16 @@ class Bench:
                     "1 process",
                 )
             )
-            self.table.add(Figure(f"11.   worker CPU with {c} process(es)", "cores", cpu_share[c]))
+            for k in ("worker", "postgres", "redis"):
+                if share[(c, k)] and max(share[(c, k)]) > 0:
+                    self.table.add(
+                        Figure(f"11.   {k} CPU with {c} process(es)", "cores", share[(c, k)])
+                    )
+                    self.table.add(
+                        Figure(
+                            f"11.   {k} CPU per step, {c} process(es)", "ms", share[(c, k + "_ms")]
+                        )
+                    )
 
     def run(self) -> str:
         chosen = self.args.only.split(",") if self.args.only else MEASUREMENTS

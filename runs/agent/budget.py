@@ -53,6 +53,10 @@ def budget_used(*, task: Task, run: Run, name: str) -> float:
     if name == "model_errors":
         return float(ModelTurn.objects.filter(run__task=task).exclude(problem="").count())
     if name == "cost_usd":
+        if run.run_no == 1:
+            # The task's only run so far: its running total (kept with every model turn,
+            # in the turn's transaction) is the task's, without a query per step.
+            return float(run.cost_usd or 0)
         total = ModelTurn.objects.filter(run__task=task).aggregate(c=Sum("cost_usd"))["c"]
         return float(total or Decimal("0"))
     if name == "wall_clock_seconds":
