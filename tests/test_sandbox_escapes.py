@@ -8,6 +8,7 @@ copy, with platform secrets in the worker's environment.
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import sys
@@ -18,6 +19,7 @@ import pytest
 from django.conf import settings as django_settings
 
 from runs.agent.backends import backend_get
+from runs.agent.backends.bubblewrap import pids_cgroup_root
 from runs.agent.sandbox import LocalSandbox, ResourceLimits, WorkspaceTooLarge
 from runs.agent.tools import Toolbox, ToolPolicy
 
@@ -141,8 +143,6 @@ def test_the_platform_virtualenv_cannot_be_written(boxes):
 
 @pytest.mark.parametrize("target", ["DATABASE_URL", "REDIS_URL"])
 def test_no_network_to_postgres_or_redis(boxes, target):
-    import os
-
     parsed = urlparse(os.environ.get(target) or "redis://127.0.0.1:6379")
     host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379
     with socket.create_connection((host, port), timeout=2):
@@ -166,6 +166,10 @@ def test_git_alias_shell_is_contained(boxes):
     assert "1000" in result.output  # the shell ran, as the sandbox user, and saw nothing
 
 
+@pytest.mark.skipif(
+    os.geteuid() == 0 and pids_cgroup_root() is None,
+    reason="the kernel exempts host root from RLIMIT_NPROC and no pids cgroup is writable",
+)
 def test_fork_bomb_hits_the_process_limit(boxes):
     mine, _ = boxes
     result = _python(
@@ -209,3 +213,14 @@ def test_processes_are_unprivileged_and_capability_free(boxes):
     assert "1000" in lines
     assert "CapEff:\t0000000000000000" in lines and "CapBnd:\t0000000000000000" in lines
     assert "NoNewPrivs:\t1" in lines
+
+
+def test_the_process_backend_is_refused_in_production(settings):
+    from agentplatform.checks import production_settings_check
+
+    settings.PRODUCTION = True
+    settings.SANDBOX_BACKEND = "process"
+    ids = [error.id for error in production_settings_check(None)]
+    assert "agentplatform.E003" in ids
+    settings.SANDBOX_BACKEND = "bubblewrap"
+    assert "agentplatform.E003" not in [e.id for e in production_settings_check(None)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -211,8 +212,13 @@ class LocalSandbox(Sandbox):
             process = self.backend.start(spec, log)
             try:
                 next_watch = started + WATCH_INTERVAL_SECONDS
-                while process.poll() is None:
-                    time.sleep(0.05)
+                while True:
+                    try:
+                        # Returns as soon as the command ends (no fixed polling delay).
+                        process.wait(timeout=0.1)
+                        break
+                    except subprocess.TimeoutExpired:
+                        pass
                     now = time.monotonic()
                     if now - started > timeout:
                         timed_out = True
