@@ -15,6 +15,7 @@ events to :func:`events_observe`, so a step rolled back by a lost lease counts n
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -94,15 +95,26 @@ def _label(value: Any, default: str = "unknown") -> str:
     return text[:100] or default
 
 
+def _profile_of(task: Any, run: Any) -> str:
+    """The model profile the run uses (task, then repository, then workspace, then default)."""
+    if getattr(run, "model_profile", ""):
+        return str(run.model_profile)
+    from runs.agent.profiles import profile_name_for
+
+    return str(profile_name_for(task))
+
+
 def _observe(task: Any, run: Any, type: str, data: dict[str, Any]) -> None:
     if type == "agent.task.submitted":
         tasks_submitted.labels(
             _label(task.task_type), _label(task.risk_level), _label(task.source)
         ).inc()
     elif type == "agent.task.deferred":
-        tasks_deferred.labels(_label(data.get("reason"))).inc()
+        # "workspace at its limit of 10 active runs": one series per kind, not per limit.
+        reason = re.sub(r"\$?\d+(?:\.\d+)?", "N", str(data.get("reason") or ""))
+        tasks_deferred.labels(_label(reason)).inc()
     elif type == "agent.run.started":
-        runs_started.labels(_label(getattr(run, "model_profile", ""), "default")).inc()
+        runs_started.labels(_label(_profile_of(task, run), "default")).inc()
     elif type in _RUN_OUTCOMES:
         runs_completed.labels(_RUN_OUTCOMES[type]).inc()
         started = getattr(run, "started_at", None) or getattr(run, "created_at", None)

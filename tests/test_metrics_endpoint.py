@@ -103,7 +103,7 @@ def test_a_run_moves_task_run_step_and_tool_counters(client, workspace, reposito
         moved("agent_tasks_submitted_total", task_type="change", risk_level="low", source="api")
         == 1
     )
-    assert total(after, "agent_runs_started_total") - total(before, "agent_runs_started_total") == 1
+    assert moved("agent_runs_started_total", model_profile="scripted") == 1
     assert moved("agent_runs_completed_total", outcome="completed") == 1
     assert moved("agent_run_duration_seconds_count") == 1
     assert moved("agent_step_duration_seconds_count", step="running") >= 1
@@ -111,6 +111,10 @@ def test_a_run_moves_task_run_step_and_tool_counters(client, workspace, reposito
     tool_calls = total(after, "agent_tool_calls_total") - total(before, "agent_tool_calls_total")
     assert tool_calls >= 1
     assert moved("agent_prs_created_total", provider=repository.provider) == 1
+    tokens = total(after, "agent_model_tokens_total") - total(before, "agent_model_tokens_total")
+    assert tokens > 0
+    assert moved("agent_cost_usd_total", workspace=str(workspace.pk)) > 0
+    assert total(after, "agent_judge_verdicts_total") > total(before, "agent_judge_verdicts_total")
     assert value(after, "agent_runs_active", status="running") == 0
 
 
@@ -134,3 +138,20 @@ def test_webhook_deliveries_are_counted_by_result(client, settings):
         - total(before, "agent_webhook_signature_failures_total")
         == 1
     )
+
+
+def test_deferred_submissions_are_counted_by_kind_of_reason(client, workspace, repository):
+    workspace.max_active_runs = 1
+    workspace.save()
+    before = scrape(client)
+    first = task_submit(workspace=workspace, repository=repository, instruction="one")
+    second = task_submit(workspace=workspace, repository=repository, instruction="two")
+    assert first.run is not None and second.run is None
+    after = scrape(client)
+    reason = "workspace at its limit of N active runs"
+    assert (
+        value(after, "agent_tasks_deferred_total", reason=reason)
+        - value(before, "agent_tasks_deferred_total", reason=reason)
+        == 1
+    )
+    assert value(after, "agent_runs_active", status="queued") >= 1
