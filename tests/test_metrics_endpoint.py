@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -11,7 +19,9 @@ from runs import demo
 from runs.engine import run_drive_inline
 from runs.models import Run
 from runs.services import task_submit
-from tests.test_webhook_support import GITHUB_SECRET, github_post
+from tests.test_webhook_support import GITHUB_SECRET, github_headers, github_post
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -155,3 +165,72 @@ def test_deferred_submissions_are_counted_by_kind_of_reason(client, workspace, r
         == 1
     )
     assert value(after, "agent_runs_active", status="queued") >= 1
+
+
+def _uvicorn(tmp_path, name: str, env: dict) -> tuple[subprocess.Popen, int]:
+    log_path = tmp_path / f"{name}.log"
+    log_file = open(log_path, "wb")  # noqa: SIM115 - the process owns it until killed
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "agentplatform.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        assert process.poll() is None, log_path.read_text()
+        found = re.search(r"http://127\.0\.0\.1:(\d+)", log_path.read_text())
+        if found:
+            return process, int(found.group(1))
+        time.sleep(0.1)
+    raise AssertionError(log_path.read_text())
+
+
+def test_two_web_processes_answer_the_same_counters(tmp_path, settings):
+    """A delivery counted by one web process is in the scrape of the other."""
+    db = settings.DATABASES["default"]
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "GITHUB_WEBHOOK_SECRET": GITHUB_SECRET,
+    }
+    processes = [_uvicorn(tmp_path, name, env) for name in ("web-a", "web-b")]
+    key = ("agent_webhook_deliveries_total", (("provider", "github"), ("result", "accepted")))
+    try:
+        (_, port_a), (_, port_b) = processes
+
+        def scraped(port: int) -> dict:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+            return {
+                (s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text)
+                for s in family.samples
+            }
+
+        before = scraped(port_b).get(key, 0)
+        body = json.dumps({"zen": "two processes", "hook_id": 7}).encode()
+        answer = httpx.post(
+            f"http://127.0.0.1:{port_a}/webhooks/github/",
+            content=body,
+            headers={**github_headers(body, "ping"), "Content-Type": "application/json"},
+            timeout=10,
+        )
+        assert answer.status_code == 202, answer.text
+        assert scraped(port_b).get(key, 0) - before == 1
+        assert scraped(port_a).get(key, 0) == scraped(port_b).get(key, 0)
+    finally:
+        for process, _ in processes:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=15)
