@@ -6,9 +6,10 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from agentplatform.api import stream
-from agentplatform.api.views import operations, runs, tasks, workspaces
+from agentplatform.api.views import operations, root, runs, tasks, workspaces
 
 urlpatterns = [
+    path("", root.ApiRootApi.as_view(), name="api-root"),
     path("tasks/", tasks.TaskCollectionApi.as_view(), name="api-tasks"),
     path("tasks/<uuid:pk>/", tasks.TaskDetailApi.as_view(), name="api-task"),
     path("runs/", runs.RunListApi.as_view(), name="api-runs"),

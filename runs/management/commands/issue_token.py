@@ -41,7 +41,10 @@ class Command(BaseCommand):
             if options["workspace"]:
                 workspace = Workspace.objects.filter(slug=options["workspace"]).first()
                 if workspace is None:
-                    raise CommandError(f"no workspace with slug {options['workspace']!r}")
+                    raise CommandError(
+                        f"no workspace {options['workspace']!r}; create it with: "
+                        f"manage.py workspace_create {options['workspace']}"
+                    )
                 _, joined = Membership.objects.get_or_create(
                     workspace=workspace, user=user, defaults={"role": options["role"]}
                 )
