@@ -53,6 +53,8 @@ def _task_started(task_id: str = "", task: Any = None, args: Any = None, **kwarg
 
     from jobs import tracing
 
+    if getattr(getattr(task, "request", None), "is_eager", False):
+        return  # run inline by its caller, in the caller's context
     structlog.contextvars.clear_contextvars()
     context: dict[str, Any] = {"celery_task_id": task_id, "celery_task": getattr(task, "name", "")}
     names = _TASK_ARG_CONTEXT.get(getattr(task, "name", ""), ())
@@ -77,10 +79,13 @@ def _task_started(task_id: str = "", task: Any = None, args: Any = None, **kwarg
 
 
 @signals.task_postrun.connect
-def _task_finished(task_id: str = "", state: str = "", **kwargs: Any) -> None:
+def _task_finished(task_id: str = "", task: Any = None, state: str = "", **kwargs: Any) -> None:
     import structlog
 
     from jobs import tracing
+
+    if getattr(getattr(task, "request", None), "is_eager", False):
+        return
 
     opened = _open_spans.pop(task_id, None)
     if opened is not None:

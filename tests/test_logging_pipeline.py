@@ -322,3 +322,22 @@ def test_the_heartbeat_thread_logs_in_its_steps_context(monkeypatch, settings, j
         ("task-in-context", "b" * 32)
     }
     assert "RuntimeError: database unreachable" in failed[0]["exception"]
+
+
+@pytest.mark.django_db
+def test_a_task_run_inline_keeps_its_callers_context():
+    import uuid
+
+    import structlog
+
+    from runs.tasks import run_step
+
+    structlog.contextvars.bind_contextvars(request_id="caller-request")
+    tracing.trace_activate(INCOMING)
+    try:
+        assert run_step.apply(args=(str(uuid.uuid4()), 0)).get() == "skipped"
+        assert structlog.contextvars.get_contextvars()["request_id"] == "caller-request"
+        assert tracing.traceparent_current() == INCOMING
+    finally:
+        tracing.trace_clear()
+        structlog.contextvars.unbind_contextvars("request_id")
