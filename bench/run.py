@@ -1273,6 +1273,8 @@ def main(argv: list[str] | None = None) -> str:
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be at least 1")
+    # SIGTERM ends the run like Ctrl-C: the processes it started are stopped.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
     table = Bench(args).run()
     print(table)
     return table
