@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import Error, Tags, register
+from django.core.checks import Error, Tags, Warning, register
 
 
 @register(Tags.security, deploy=False)
@@ -50,3 +51,22 @@ def production_settings_check(app_configs: Any, **kwargs: Any) -> list[Error]:
             )
         )
     return errors
+
+
+@register(Tags.staticfiles)
+def static_files_collected_check(app_configs: Any, **kwargs: Any) -> list[Warning]:
+    """The console's pages name hashed static files from collectstatic's manifest; without
+    it they fail to render, and the web process serves no styles."""
+    backend = settings.STORAGES.get("staticfiles", {}).get("BACKEND", "")
+    if "Manifest" not in backend:
+        return []
+    manifest = Path(settings.STATIC_ROOT) / "staticfiles.json"
+    if manifest.exists():
+        return []
+    return [
+        Warning(
+            f"Static files are not collected ({manifest} is missing).",
+            hint="Run `manage.py collectstatic --noinput` (make setup does) before serving.",
+            id="agentplatform.W010",
+        )
+    ]

@@ -56,3 +56,17 @@ def test_api_root_lists_the_resources() -> None:
     assert {"runs", "workspaces", "repositories", "tokens", "schema", "docs"} <= set(body)
     for url in body.values():
         assert Client().get(url.removeprefix("http://testserver")).status_code in (200, 401)
+
+
+def test_uncollected_static_files_are_a_system_check_warning(settings: Any, tmp_path: Any) -> None:
+    from django.core.checks import run_checks
+
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    }
+    settings.STATIC_ROOT = tmp_path
+    assert "agentplatform.W010" in [m.id for m in run_checks()]
+
+    (tmp_path / "staticfiles.json").write_text("{}")
+    assert "agentplatform.W010" not in [m.id for m in run_checks()]

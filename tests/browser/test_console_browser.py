@@ -60,6 +60,14 @@ def test_operator_logs_in_and_opens_the_dashboard(logged_in: Any, served: Any) -
     assert dead.locator(".value").inner_text() == "1"
     assert "bad" in (dead.get_attribute("class") or "")
     assert page.locator('[data-metric="queue-agent"] .value').inner_text() == "0"
+    # Styled: the admin's served stylesheet paints the header, the console's the card.
+    header = page.locator("#header").evaluate("e => getComputedStyle(e).backgroundColor")
+    assert header not in ("rgba(0, 0, 0, 0)", "transparent")
+    assert dead.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(255, 235, 238)"
+    # It refreshes itself, in place.
+    page.evaluate("window.__sameDocument = true")
+    page.wait_for_selector("#content-main[data-live-updated]", timeout=25_000)
+    assert page.evaluate("window.__sameDocument") is True
     screenshot(page, "dashboard")
 
 
