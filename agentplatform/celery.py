@@ -19,9 +19,7 @@ _open_spans: dict[str, Any] = {}
 # What a task's positional arguments name, bound to its log lines (see _task_started).
 _TASK_ARG_CONTEXT: dict[str, tuple[str, ...]] = {
     "runs.step": ("run_id", "step_no"),
-    "jobs.event_consume": ("consumer", "event_id"),
-    "jobs.subscription_deliver": ("subscription_id", "event_id"),
-    "webhooks.receipt_process": ("receipt_id",),
+    "jobs.work": ("work_item_id",),
 }
 
 

@@ -201,8 +201,15 @@ CELERY_TASK_DEFAULT_QUEUE = "agent"
 # get its own workers: agent steps, verification (test runs), events, webhook intake.
 CELERY_TASK_QUEUES = [Queue(name) for name in ("agent", "verify", "events", "webhooks")]
 CELERY_TASK_CREATE_MISSING_QUEUES = True
-CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# Off: with it on, a broker restart makes the worker cancel its running tasks and then
+# exit on "Unrecoverable error" while restoring their messages (celery/celery#9250,
+# #7185). A task that keeps running across the reconnect is safe here: its outcome is
+# written to the database under its lease, and a redelivered duplicate is a no-op.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_RETRY = True
+# Reconnect for as long as the broker is down (backoff capped by kombu), never give up.
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_TASK_ALWAYS_EAGER = False
 # Celery's Django fix-up closes the database connection around every task unless it may
 # reuse it this many times; connection age and health are handled per task instead
@@ -280,6 +287,16 @@ EVENT_CONSUMERS = _env_value(
         "runs.notify.SOURCE_NOTIFICATION",
     ],
 )
+# Work items (webhook processing, consumer and subscription deliveries, requeues): how
+# long a claim lasts before another worker may take the item, how many claims a worker
+# may die holding before the item is dead-lettered as poison, how long after a wake-up
+# was due the sweep sends another (doubling per unanswered wake-up, capped), and how
+# many wake-ups one sweep sends at most.
+WORK_LEASE_SECONDS = _env_value("WORK_LEASE_SECONDS", float, 300.0)
+WORK_POISON_CRASHES = _env_value("WORK_POISON_CRASHES", int, 3)
+WORK_REWAKE_SECONDS = _env_value("WORK_REWAKE_SECONDS", float, 30.0)
+WORK_REWAKE_MAX_SECONDS = _env_value("WORK_REWAKE_MAX_SECONDS", float, 600.0)
+WORK_SWEEP_LIMIT = _env_value("WORK_SWEEP_LIMIT", int, 500)
 EVENT_CONSUMER_MAX_RETRIES = _env_value("EVENT_CONSUMER_MAX_RETRIES", int, 5)
 EVENT_CONSUMER_RETRY_BASE_SECONDS = _env_value("EVENT_CONSUMER_RETRY_BASE_SECONDS", float, 2.0)
 # Outgoing HTTP subscriptions: attempts before a delivery is dead-lettered.

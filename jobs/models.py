@@ -180,6 +180,9 @@ class Notification(models.Model):
     target = models.CharField(max_length=500, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)
+    # Held across the provider call: a duplicate arriving meanwhile waits instead of
+    # posting a second time; a sender that died lets it lapse.
+    lease_until = models.DateTimeField(null=True, blank=True)
     external_id = models.CharField(max_length=200, blank=True)
     external_url = models.CharField(max_length=1000, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -214,3 +217,51 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class WorkItem(models.Model):
+    """One unit of work that is not a run step: its row says what is still to do.
+
+    The Celery message (``jobs.work`` with this id) only wakes a worker; ``woken_at``
+    records when the last wake-up was due, so the sweep re-sends only what is overdue
+    and not in flight, and a backlog never multiplies messages. A claim sets
+    ``lease_until``; a lease found expired on the next claim means the previous worker
+    died holding it, counted in ``crashes`` (poison detection).
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        DONE = "done"
+        DEAD = "dead"
+
+    id = models.BigAutoField(primary_key=True)
+    kind = models.CharField(max_length=64)
+    # Unique per kind: the work's natural idempotency key (receipt id, consumer + event).
+    key = models.CharField(max_length=300)
+    args = models.JSONField(default=dict)
+    queue = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    due_at = models.DateTimeField()
+    woken_at = models.DateTimeField(null=True, blank=True)
+    wakes = models.PositiveIntegerField(default=0)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    claim = models.CharField(max_length=64, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    crashes = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    # The trace the work belongs to (its event's, or its producer's), whoever wakes it.
+    traceparent = models.CharField(max_length=55, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "key"], name="workitem_unique_key"),
+        ]
+        indexes = [
+            # The sweep looks only at pending rows: the index is as small as the backlog.
+            models.Index(fields=["due_at"], condition=Q(status="pending"), name="workitem_pending"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.key} ({self.status})"

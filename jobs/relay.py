@@ -18,8 +18,8 @@ Any number of relays may run at once:
 
 Sinks, per event: the Redis Stream ``settings.EVENT_STREAM_NAME`` (CloudEvents JSON,
 ``XADD ... MAXLEN ~``), a Redis pub/sub wake-up on ``agent.run.<run id>`` for live
-timelines, the in-app consumers (one Celery message per interested consumer, queue
-"events") and the workspace's HTTP subscriptions (one Celery message per delivery).
+timelines, and the in-app consumers and workspace HTTP subscriptions: one work item per
+consumer or subscription and event, written with the published mark (see jobs.work).
 """
 
 from __future__ import annotations
@@ -244,33 +244,35 @@ class Deliveries:
                 by_workspace[sub.workspace_id].append(sub)
         return cls(subscriptions=dict(by_workspace))
 
-    def send(self, row: OutboxEvent, producer: Any) -> int:
-        """Enqueue the row's consumer and subscription messages; returns how many."""
+    def work_for(self, row: OutboxEvent) -> dict[str, list[tuple[str, dict[str, Any], str]]]:
+        """The row's consumer and subscription work items by kind: (key, args, trace)."""
         from jobs.consumers import consumers_for
-        from jobs.tasks import event_consume, subscription_deliver
-        from jobs.tracing import event_headers
 
-        sent = 0
         event_id = str(row.event_id)
+        trace = str(row.payload.get("traceparent") or "")
+        work: dict[str, list[tuple[str, dict[str, Any], str]]] = {
+            "event.consume": [],
+            "subscription.deliver": [],
+        }
         for consumer in consumers_for(row.type):
-            event_consume.apply_async(
-                args=(consumer.name, event_id),
-                queue="events",
-                producer=producer,
-                headers=event_headers(row.payload),
+            work["event.consume"].append(
+                (
+                    f"{consumer.name}:{event_id}",
+                    {"consumer": consumer.name, "event_id": event_id},
+                    trace,
+                )
             )
-            sent += 1
         workspace = row.payload.get("workspaceid")
         for sub in self.subscriptions.get(int(workspace), []) if workspace else []:
             if sub.wants(row.type):
-                subscription_deliver.apply_async(
-                    args=(sub.pk, event_id),
-                    queue="events",
-                    producer=producer,
-                    headers=event_headers(row.payload),
+                work["subscription.deliver"].append(
+                    (
+                        f"{sub.pk}:{event_id}",
+                        {"subscription_id": sub.pk, "event_id": event_id},
+                        trace,
+                    )
                 )
-                sent += 1
-        return sent
+        return work
 
 
 # --- the relay -----------------------------------------------------------------------------
@@ -372,24 +374,26 @@ def _publish(
         for row in rows:
             heads.setdefault(row.partition_key, row)
         return [], [(row, exc) for row in heads.values()]
-    from celery import current_app as app
+    # In-app deliveries are rows written in this transaction, with the rows marked
+    # published: a wake-up lost with the broker loses no delivery (the work sweep
+    # re-sends it), and a rolled-back batch leaves neither.
+    from jobs.work import work_enqueue_many
 
+    deliveries = Deliveries.for_rows(rows)
     published: list[OutboxEvent] = []
     failed: dict[str, tuple[OutboxEvent, Exception]] = {}
-    deliveries = Deliveries.for_rows(rows)
-    with app.producer_or_acquire() as producer:
-        for row, stream_error in zip(rows, stream_results, strict=True):
-            if row.partition_key in failed:
-                continue
-            if stream_error is not None:
-                failed[row.partition_key] = (row, stream_error)
-                continue
-            try:
-                deliveries.send(row, producer)
-            except Exception as exc:  # the broker refused: retry this partition later
-                failed[row.partition_key] = (row, exc)
-                continue
-            published.append(row)
+    work: dict[str, list[tuple[str, dict[str, Any], str]]] = defaultdict(list)
+    for row, stream_error in zip(rows, stream_results, strict=True):
+        if row.partition_key in failed:
+            continue
+        if stream_error is not None:
+            failed[row.partition_key] = (row, stream_error)
+            continue
+        for kind, entries in deliveries.work_for(row).items():
+            work[kind].extend(entries)
+        published.append(row)
+    for kind, entries in work.items():
+        work_enqueue_many(kind=kind, entries=entries)
     return published, list(failed.values())
 
 

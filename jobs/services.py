@@ -47,7 +47,7 @@ def dead_letter_record(
         letter.exception, letter.traceback = exception[:5000], traceback[-20000:]
         letter.attempts, letter.last_failed_at = attempts, now
         letter.recoveries = recoveries
-        letter.workspace_id = _workspace_of_event_job(task_name, args)
+        letter.workspace_id = _workspace_of_event_job(kwargs)
         letter.save()
         for listener in _listeners:
             listener(letter)
@@ -55,41 +55,52 @@ def dead_letter_record(
     return letter
 
 
-def _workspace_of_event_job(task_name: str, args: list[Any]) -> int | None:
-    """The workspace of the event a consumer or subscription job was handling."""
+def _workspace_of_event_job(kwargs: dict[str, Any]) -> int | None:
+    """The workspace of the event a delivery was handling (none for other jobs)."""
     from jobs.models import OutboxEvent
 
-    if task_name not in ("jobs.event_consume", "jobs.subscription_deliver") or len(args) < 2:
+    event_id = kwargs.get("event_id")
+    if not event_id:
         return None
     payload = (
-        OutboxEvent.objects.filter(event_id=str(args[1])).values_list("payload", flat=True).first()
+        OutboxEvent.objects.filter(event_id=str(event_id)).values_list("payload", flat=True).first()
     )
     workspace = (payload or {}).get("workspaceid")
     return int(workspace) if workspace else None
 
 
 def dead_letter_requeue(*, letter: DeadLetter, by: str) -> bool:
-    """Send the job again with its original arguments; False if it is not open.
+    """Run the job again; False if the letter is not open.
 
-    The job is sent on commit, so a rolled-back requeue sends nothing; jobs are
-    idempotent (receipts, step numbers), so requeueing one that partly ran is safe.
+    The work is recorded in the transaction that marks the letter requeued: a work
+    item's own row is set pending again, any other job becomes a ``dead_letter.requeue``
+    item that sends it. Either way a broker that refuses the wake-up loses nothing (the
+    sweep wakes the row). Jobs are idempotent (receipts, step numbers), so requeueing
+    one that partly ran is safe.
     """
-    from celery import current_app
+    from jobs.work import work_enqueue, work_requeue
 
     with transaction.atomic():
         updated = DeadLetter.objects.filter(pk=letter.pk, status=DeadLetter.Status.OPEN).update(
             status=DeadLetter.Status.REQUEUED, resolved_at=timezone.now(), resolved_by=by
         )
-        if updated:
-            transaction.on_commit(
-                lambda: current_app.send_task(
-                    letter.task_name,
-                    args=letter.args,
-                    kwargs=letter.kwargs,
-                    queue=letter.queue or None,
-                )
+        if updated and not work_requeue(letter):
+            work_enqueue(
+                kind="dead_letter.requeue",
+                key=str(letter.pk),
+                args={"letter_id": str(letter.pk)},
             )
     return bool(updated)
+
+
+def requeued_task_send(*, letter_id: str) -> None:
+    """Send a requeued letter's original Celery job with its original arguments."""
+    from celery import current_app
+
+    letter = DeadLetter.objects.get(pk=letter_id)
+    current_app.send_task(
+        letter.task_name, args=letter.args, kwargs=letter.kwargs, queue=letter.queue or None
+    )
 
 
 def dead_letter_discard(*, letter: DeadLetter, by: str) -> bool:

@@ -9,9 +9,13 @@ class RunsConfig(AppConfig):
         from agentplatform import checks  # noqa: F401  (registers the system checks)
         from jobs.schedules import Schedule, schedule_register
         from jobs.services import dead_letter_listener_register
+        from jobs.work import WorkKind, work_kind_register
         from runs.dead_letters import dead_letter_announce
+        from runs.engine import AFTER_TERMINAL
+        from runs.services import run_after_terminal
 
         dead_letter_listener_register(dead_letter_announce)
+        work_kind_register(WorkKind(name=AFTER_TERMINAL, handler=run_after_terminal))
         for schedule in (
             Schedule("zombie reaper", "runs.zombies_reap", 10),
             Schedule("approval expiry", "runs.approvals_expire", 30),

@@ -6,6 +6,7 @@ import uuid
 
 from django.db import transaction
 
+from runs.logs import log
 from runs.models import Run
 
 QUEUE_FOR_STATUS: dict[str, str] = {Run.Status.VERIFYING: "verify"}
@@ -19,5 +20,17 @@ def run_wake(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None
 
 
 def run_wake_on_commit(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:
-    """Dispatch once the state that needs the step is committed (never before)."""
-    transaction.on_commit(lambda: run_wake(run_id=run_id, step_no=step_no, status=status))
+    """Dispatch once the state that needs the step is committed (never before).
+
+    A refused send is logged, not raised: the state is committed, so the caller (an API
+    request, a webhook) must answer with it rather than fail, and the stall sweep
+    re-sends the wake-up of a run nobody picked up.
+    """
+
+    def wake() -> None:
+        try:
+            run_wake(run_id=run_id, step_no=step_no, status=status)
+        except Exception:
+            log.warning("run.wake_failed", run_id=str(run_id), step_no=step_no, exc_info=True)
+
+    transaction.on_commit(wake)

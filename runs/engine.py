@@ -124,7 +124,7 @@ def lease_acquire(*, run_id: uuid.UUID | str, step_no: int, owner: str) -> Lease
     with connection.cursor() as cursor:
         cursor.execute(
             prefix + f"UPDATE {table} SET lease_owner = %s, lease_until = %s, heartbeat_at = %s, "  # noqa: S608 - table name is ours
-            "attempt = attempt + 1 "
+            "attempt = attempt + 1, wakes = 0 "
             f"WHERE id = %s AND step_no = %s AND status IN ({', '.join(['%s'] * len(active))}) "
             # A retry of this very attempt (same owner) may take back a lease it could
             # not release, e.g. when the database went away mid-step.
@@ -174,12 +174,24 @@ def lease_release(lease: Lease, *, count_retry: bool = False) -> bool:
 
 
 class Heartbeat:
-    """Renews the lease every third of its length from a thread; sees cancellation."""
+    """Renews the lease every third of its length from a thread; sees cancellation.
+
+    The lease is lost when the run's row says so (another worker took it) or when its
+    ``lease_until`` passed without a successful renewal and no renewal is under way
+    (a dead connection, a database restart, a starved thread): from then on the reaper
+    may hand the run to another worker, so this one must stop before its next command
+    or model call. A renewal that waits on the run's row lock is not a loss: whoever
+    holds that lock also keeps the reaper out.
+    """
 
     def __init__(self, lease: Lease) -> None:
         self.lease = lease
         self.cancelled = False
-        self.lost = False
+        self._taken = False
+        self._expired = False
+        self._renewing = False
+        # Monotonic deadline of the lease as last renewed (acquired just before).
+        self._valid_until = time.monotonic() + settings.RUN_LEASE_SECONDS
         self._stop = threading.Event()
         # In the step's context: its log lines carry the run, task and trace ids.
         self._thread = threading.Thread(
@@ -189,18 +201,38 @@ class Heartbeat:
             daemon=True,
         )
 
+    @property
+    def lost(self) -> bool:
+        # Sticky: a renewal that lands after the deadline does not undo the loss, since
+        # the reaper may already have handed the run on.
+        if not (self._expired or self._renewing) and time.monotonic() >= self._valid_until:
+            self._expired = True
+        return self._taken or self._expired
+
     def _loop(self) -> None:
         interval = max(0.5, settings.RUN_LEASE_SECONDS / 3)
         try:
             while not self._stop.wait(interval):
+                if self.lost:
+                    log.warning("heartbeat.lease_expired", run_id=str(self.lease.run_id))
+                    return
+                self._renewing = True
                 try:
                     state = lease_renew(self.lease)
-                except Exception:  # a failed renewal is retried at the next beat
+                except Exception:
+                    # The connection may be dead (a terminated backend, a restarted
+                    # server): close it so the next beat reconnects instead of failing
+                    # on it until the lease runs out.
                     log.warning("heartbeat.failed", run_id=str(self.lease.run_id), exc_info=True)
+                    with contextlib.suppress(Exception):
+                        connection.close()
                     continue
+                finally:
+                    self._renewing = False
                 if state is None:
-                    self.lost = True
+                    self._taken = True
                     return
+                self._valid_until = time.monotonic() + settings.RUN_LEASE_SECONDS
                 self.cancelled = self.cancelled or state
         finally:
             connection.close()
@@ -399,13 +431,26 @@ def step_commit(ctx: StepContext, outcome: Outcome) -> str:
 
 
 def _terminal_events(ctx: StepContext, target: str, outcome: Outcome) -> list[PendingEvent]:
-    """The run's and the task's closing facts, and the task's status, in the same commit."""
+    """The run's and the task's closing facts, and the task's status, in the same commit.
+
+    Pending approvals of the run are voided here, so nobody can approve (or expire)
+    a patch of a run that is over.
+    """
+    from jobs.work import work_enqueue
+    from runs.services import approvals_void
+
     task = ctx.task
     run = ctx.run
+    approvals_void(run_id=run.pk)
+    # Batched feedback and deferred tasks wait for this: a row, not a callback, so a
+    # crash or a refused broker right after the commit cannot strand them.
+    work_enqueue(kind=AFTER_TERMINAL, key=str(run.pk), args={"run_id": str(run.pk)})
     data: dict[str, Any] = {"run_no": run.run_no}
     if target != S.COMPLETED:
         data.update(reason=outcome.reason or target, detail=outcome.detail[:500])
-    wall = (timezone.now() - (run.started_at or run.created_at)).total_seconds()
+    from runs.agent.budget import run_working_seconds
+
+    wall = run_working_seconds(run)
     usage = dict(task.usage or {})
     usage["wall_clock_seconds"] = float(usage.get("wall_clock_seconds", 0)) + wall
     if target != S.COMPLETED and _delivered_before(task, run):
@@ -451,14 +496,18 @@ def _task_status_follow(task: Task, *, source: str, target: str) -> None:
     )
 
 
+AFTER_TERMINAL = "run.after_terminal"
+
+
 def _after_terminal(run_id: uuid.UUID) -> None:
-    """Clean the sandbox, start a batched follow-up, let a deferred task in."""
-    from runs import services
+    """Clean the sandbox, then run the after-terminal work item now rather than waiting
+    for its wake-up (a failure leaves it to its retries and the work sweep)."""
+    from jobs.work import work_run_now
     from runs.agent.sandbox import run_workdirs_remove
 
     run_workdirs_remove(run_id)
     try:
-        services.run_after_terminal(run_id=run_id)
+        work_run_now(kind=AFTER_TERMINAL, key=str(run_id))
     except Exception:
         log.exception("run.after_terminal_failed", run_id=str(run_id))
 

@@ -143,6 +143,8 @@ class Repository(models.Model):
     forbidden_paths = models.JSONField(default=default_forbidden_paths, blank=True)
     allowed_commands = models.JSONField(default=default_allowed_commands, blank=True)
     max_active_runs = models.PositiveIntegerField(default=3)
+    # The last pull request number the local provider handed out (see gitproviders.local).
+    local_pr_seq = models.PositiveIntegerField(default=0, editable=False)
     # A name from settings.MODEL_PROFILES; blank uses the workspace's.
     model_profile = models.CharField(max_length=100, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -286,6 +288,11 @@ class Run(models.Model):
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # When the stall sweep last re-sent this run's wake-up, and how many it sent since a
+    # worker last took the run: the sweep waits longer after each, so a run whose
+    # message is merely queued behind a backlog does not get another every tick.
+    woken_at = models.DateTimeField(null=True, blank=True)
+    wakes = models.PositiveIntegerField(default=0)
     # The lease generation: +1 each time a worker takes the lease (once per step), so it
     # counts leases, not agent attempts (those are the run's patches).
     attempt = models.PositiveIntegerField(default=0, verbose_name="lease generation")

@@ -9,6 +9,7 @@ except in the instant between GitHub storing the comment and listing it.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -29,6 +30,14 @@ MARKER_SEARCH_PAGES = 10
 
 class GitHubUnavailable(Exception):
     """A retryable GitHub failure (5xx, rate limit, network)."""
+
+
+class NotificationInFlight(Exception):
+    """Another attempt holds the notification's lease (its call may still succeed): retry."""
+
+
+def _lease_seconds() -> float:
+    return 2 * float(getattr(settings, "GITHUB_TIMEOUT_SECONDS", 30.0)) * MARKER_SEARCH_PAGES
 
 
 def github_target(source_ref: dict[str, Any]) -> tuple[str, int] | None:
@@ -113,6 +122,7 @@ def source_notify(event: Event) -> Completion:
     if task is None or target is None:
         return None
     repo, number = target
+    now = timezone.now()
     with transaction.atomic():
         note, _ = Notification.objects.select_for_update().get_or_create(
             event_id=event.id,
@@ -121,7 +131,11 @@ def source_notify(event: Event) -> Completion:
         )
         if note.status != Notification.Status.PENDING:
             return None
-        Notification.objects.filter(pk=note.pk).update(attempts=F("attempts") + 1)
+        if note.lease_until is not None and note.lease_until > now:
+            raise NotificationInFlight(f"notification {note.pk} is being sent")
+        Notification.objects.filter(pk=note.pk).update(
+            attempts=F("attempts") + 1, lease_until=now + timedelta(seconds=_lease_seconds())
+        )
     pr = PullRequest.objects.filter(task=task).order_by("-updated_at").first()
     path = f"/repos/{repo}/issues/{number}/comments"
     marker = MARKER.format(event_id=event.id)
@@ -134,8 +148,13 @@ def source_notify(event: Event) -> Completion:
                 )
                 _check(response)
                 comment = response.json()
-    except httpx.TransportError as exc:
-        raise GitHubUnavailable(f"GitHub unreachable: {exc}") from exc
+    except Exception as exc:
+        # The call failed before the provider stored anything we know of: let the
+        # next attempt in now (it searches for the marker first).
+        Notification.objects.filter(pk=note.pk).update(lease_until=None)
+        if isinstance(exc, httpx.TransportError):
+            raise GitHubUnavailable(f"GitHub unreachable: {exc}") from exc
+        raise
     log.info(
         "notification.sent",
         channel=CHANNEL_GITHUB_COMMENT,
@@ -147,6 +166,7 @@ def source_notify(event: Event) -> Completion:
         Notification.objects.filter(pk=note.pk).update(
             status=Notification.Status.SENT,
             sent_at=timezone.now(),
+            lease_until=None,
             external_id=str(comment.get("id", "")),
             external_url=comment.get("html_url", ""),
         )

@@ -18,10 +18,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Max, Sum
+from django.db.models import F, Max, Q, Sum
 from django.utils import timezone
 
 from runs import dispatch
+from runs.logs import log
 from runs.models import Approval, Membership, Repository, Run, Task, Workspace
 from runs.state import ACTIVE, TERMINAL
 from runs.timeline import PendingEvent, event_record, events_record
@@ -353,7 +354,11 @@ def tasks_readmit(*, limit: int = 50) -> int:
                 continue
             if admission_check(workspace=ws, repository=task.repository) is not None:
                 continue
-            _run_start(task=task, actor="admission")
+            # A deferred follow-up carries its feedback into the run it was waiting for.
+            feedback = task.pending_feedback
+            if feedback:
+                Task.objects.filter(pk=task.pk).update(pending_feedback="")
+            _run_start(task=task, feedback=feedback, actor="admission")
             started += 1
     return started
 
@@ -523,25 +528,32 @@ def run_reject(
 
 
 def approvals_expire(*, now: Any = None) -> int:
-    """Expire pending approvals past their deadline and wake their runs."""
+    """Expire pending approvals past their deadline and wake their runs.
+
+    Locks the run first and the approval second, the order every approval command uses,
+    so expiry racing an approve cannot deadlock. An approval whose run is no longer
+    waiting for it is voided, not expired: no ``approval.expired`` after a run ended.
+    """
     now = now or timezone.now()
     expired = 0
-    for approval_id in Approval.objects.filter(
+    for approval_id, run_id in Approval.objects.filter(
         status=Approval.Status.PENDING, expires_at__lt=now
-    ).values_list("pk", flat=True)[:200]:
+    ).values_list("pk", "run_id")[:200]:
         with transaction.atomic():
+            run = Run.objects.select_for_update().select_related("task").get(pk=run_id)
             approval = (
                 Approval.objects.select_for_update()
-                .select_related("run__task")
                 .filter(pk=approval_id, status=Approval.Status.PENDING)
                 .first()
             )
             if approval is None:
                 continue
+            if run.status != Run.Status.AWAITING_APPROVAL:
+                approvals_void(run_id=run.pk, now=now)
+                continue
             approval.status = Approval.Status.EXPIRED
             approval.decided_at = now
             approval.save(update_fields=["status", "decided_at"])
-            run = approval.run
             event_record(
                 task=run.task,
                 run=run,
@@ -553,58 +565,141 @@ def approvals_expire(*, now: Any = None) -> int:
     return expired
 
 
+def approvals_void(*, run_id: Any, now: Any = None) -> int:
+    """Void the run's pending approvals (the run ended); call under the run's row lock."""
+    return Approval.objects.filter(run_id=run_id, status=Approval.Status.PENDING).update(
+        status=Approval.Status.VOID,
+        decided_at=now or timezone.now(),
+        reason="run ended",
+    )
+
+
+def _pull_request_merged(task: Task) -> bool:
+    from runs.models import PullRequest
+
+    return PullRequest.objects.filter(task=task, state=PullRequest.State.MERGED).exists()
+
+
 def task_retry(*, task: Task, by: str) -> Run:
-    """A new run of the task from scratch; refused while a run is active."""
+    """A new run of the task from scratch; refused while a run is active, after its pull
+    request was merged, or when the workspace or repository has no capacity now."""
     with transaction.atomic():
-        locked = Task.objects.select_for_update().get(pk=task.pk)
+        # Workspace before task: the order admission and re-admission lock in.
+        ws = _lock_workspace(task.workspace_id)
+        locked = Task.objects.select_for_update().select_related("repository").get(pk=task.pk)
         if locked.runs.filter(status__in=ACTIVE).exists():
             raise CommandRefused("run_active", "the task has an active run")
+        if _pull_request_merged(locked):
+            raise CommandRefused(
+                "pull_request_merged", "the task's pull request was merged; submit a new task"
+            )
+        refusal = admission_check(workspace=ws, repository=locked.repository)
+        if refusal is not None:
+            raise CommandRefused("no_capacity", refusal)
         return _run_start(task=locked, actor=by)
+
+
+def _feedback_defer(task: Task, feedback: str, reason: str) -> None:
+    """Keep the feedback for re-admission: the task waits like a deferred submission."""
+    Task.objects.filter(pk=task.pk).update(
+        pending_feedback=feedback,
+        status=Task.Status.DEFERRED,
+        status_reason=reason,
+        updated_at=timezone.now(),
+    )
+    event_record(task=task, run=None, type="agent.task.deferred", data={"reason": reason})
 
 
 def task_followup(*, task: Task, feedback: str, by: str) -> Run | None:
     """A follow-up run with feedback on the same branch and PR.
 
     If a run is active, the feedback is batched and starts the next follow-up when that
-    run ends; returns None in that case.
+    run ends; if the workspace or repository is at capacity, the task is deferred with
+    its feedback and re-admitted like any other. Returns None in both cases. Refused
+    after the task's pull request was merged.
     """
     with transaction.atomic():
-        locked = Task.objects.select_for_update().get(pk=task.pk)
+        ws = _lock_workspace(task.workspace_id)
+        locked = Task.objects.select_for_update().select_related("repository").get(pk=task.pk)
+        if _pull_request_merged(locked):
+            raise CommandRefused(
+                "pull_request_merged", "the task's pull request was merged; submit a new task"
+            )
+        joined = "\n\n".join(filter(None, [locked.pending_feedback, feedback]))
         if locked.runs.filter(status__in=ACTIVE).exists():
-            joined = "\n\n".join(filter(None, [locked.pending_feedback, feedback]))
             Task.objects.filter(pk=task.pk).update(pending_feedback=joined)
             return None
-        return _run_start(task=locked, feedback=feedback, actor=by)
+        refusal = admission_check(workspace=ws, repository=locked.repository)
+        if refusal is not None:
+            _feedback_defer(locked, joined, refusal)
+            return None
+        Task.objects.filter(pk=task.pk).update(pending_feedback="")
+        return _run_start(task=locked, feedback=joined, actor=by)
 
 
-def run_after_terminal(*, run_id: uuid.UUID) -> None:
-    """After a run ends: start a batched follow-up, then let deferred tasks in."""
+def run_after_terminal(*, run_id: uuid.UUID | str) -> None:
+    """After a run ends: start a batched follow-up (if admitted), then let deferred
+    tasks in. Runs as a work item recorded with the run's end, so it is never lost."""
+    run = Run.objects.filter(pk=run_id).values_list("task_id", "task__workspace_id").first()
+    if run is None:
+        return
+    task_id, workspace_id = run
     with transaction.atomic():
-        run = Run.objects.select_related("task").get(pk=run_id)
-        task = Task.objects.select_for_update().get(pk=run.task_id)
-        if task.pending_feedback and not task.runs.filter(status__in=ACTIVE).exists():
+        ws = _lock_workspace(workspace_id)
+        task = Task.objects.select_for_update().select_related("repository").get(pk=task_id)
+        if (
+            task.pending_feedback
+            and task.status != Task.Status.DEFERRED
+            and not task.runs.filter(status__in=ACTIVE).exists()
+        ):
             feedback = task.pending_feedback
-            Task.objects.filter(pk=task.pk).update(pending_feedback="")
-            _run_start(task=task, feedback=feedback, actor="feedback")
+            refusal = admission_check(workspace=ws, repository=task.repository)
+            if refusal is not None:
+                _feedback_defer(task, feedback, refusal)
+            else:
+                Task.objects.filter(pk=task.pk).update(pending_feedback="")
+                _run_start(task=task, feedback=feedback, actor="feedback")
     tasks_readmit()
 
 
-def run_recover_stalled(*, stall_after: timedelta) -> int:
+def run_recover_stalled(*, stall_after: timedelta, limit: int = 200) -> int:
     """Re-send wake-ups for steppable runs that nobody holds and nothing moved for a while
-    (their message was lost). Duplicates are harmless: the step number fences them."""
+    (their message was lost). Duplicates are harmless: the step number fences them.
+
+    A run re-woken at ``t`` is not re-woken before ``t + stall_after * 2**wakes`` (capped
+    at an hour): if its message is only waiting in a long queue, the sweep adds one more
+    now and then, not one per tick. One sweep at a time, at most ``limit`` per tick.
+    """
+    from jobs.locks import sweep_lock
     from runs.state import STEPPABLE
 
-    cutoff = timezone.now() - stall_after
-    stalled = Run.objects.filter(
-        status__in=STEPPABLE, lease_until__isnull=True, heartbeat_at__lt=cutoff
-    ) | Run.objects.filter(
-        status__in=STEPPABLE,
-        lease_until__isnull=True,
-        heartbeat_at__isnull=True,
-        created_at__lt=cutoff,
-    )
+    now = timezone.now()
+    cutoff = now - stall_after
+    idle = Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, created_at__lt=cutoff)
+    with sweep_lock("run-stall") as held:
+        if not held:
+            return 0
+        candidates = list(
+            Run.objects.filter(status__in=STEPPABLE, lease_until__isnull=True)
+            .filter(idle)
+            .filter(Q(woken_at__isnull=True) | Q(woken_at__lt=cutoff))
+            .order_by("woken_at", "created_at")
+            .values_list("pk", "step_no", "status", "woken_at", "wakes")[: limit * 4]
+        )
     count = 0
-    for run_id, step_no, status in stalled.values_list("pk", "step_no", "status")[:200]:
-        dispatch.run_wake(run_id=run_id, step_no=step_no, status=status)
+    for run_id, step_no, status, woken_at, wakes in candidates:
+        wait = min(3600.0, stall_after.total_seconds() * (2 ** min(wakes, 16)))
+        if woken_at is not None and (now - woken_at).total_seconds() < wait:
+            continue
+        try:
+            dispatch.run_wake(run_id=run_id, step_no=step_no, status=status)
+        except Exception:  # the broker is down: the next tick tries again
+            log.warning("run.stall_wake_failed", run_id=str(run_id), exc_info=True)
+            break
+        Run.objects.filter(pk=run_id, step_no=step_no).update(
+            woken_at=timezone.now(), wakes=F("wakes") + 1
+        )
         count += 1
+        if count >= limit:
+            break
     return count

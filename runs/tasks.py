@@ -45,7 +45,9 @@ def run_step(self: DurableTask, run_id: str, step_no: int, owner: str | None = N
         ) from exc
 
 
-@shared_task(name="runs.zombies_reap", base=DurableTask, ignore_result=True)
+@shared_task(
+    name="runs.zombies_reap", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
+)
 def zombies_reap() -> dict[str, int]:
     from runs.reaper import zombies_reap as reap
 
@@ -57,7 +59,9 @@ def zombies_reap() -> dict[str, int]:
     }
 
 
-@shared_task(name="runs.approvals_expire", base=DurableTask, ignore_result=True)
+@shared_task(
+    name="runs.approvals_expire", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
+)
 def approvals_expire() -> int:
     from runs.services import approvals_expire as expire
 
@@ -65,14 +69,18 @@ def approvals_expire() -> int:
     return expire()
 
 
-@shared_task(name="runs.tasks_readmit", base=DurableTask, ignore_result=True)
+@shared_task(
+    name="runs.tasks_readmit", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
+)
 def tasks_readmit() -> int:
     from runs.services import tasks_readmit as readmit
 
     return readmit()
 
 
-@shared_task(name="runs.sandboxes_sweep", base=DurableTask, ignore_result=True)
+@shared_task(
+    name="runs.sandboxes_sweep", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
+)
 def sandboxes_sweep() -> int:
     from runs.agent.sandbox import sandbox_orphans_sweep
     from runs.models import Run

@@ -204,3 +204,78 @@ def wait_for(
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+
+
+# --- a Redis of the test's own (never restart the shared one) --------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class OwnRedis:
+    """A redis-server on a free port without persistence: a restart loses every message."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for(lambda: _reachable(self.url, self.port), timeout=10, message="own redis up")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+    def restart(self, down_seconds: float = 1.0) -> None:
+        self.stop()
+        time.sleep(down_seconds)
+        self.start()
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
+    server = OwnRedis(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def broker_at() -> Iterator[Callable[[str | None], None]]:
+    """Point this process's Celery app at another broker URL (restored at teardown)."""
+    from agentplatform.celery import app
+
+    original = app.conf.broker_write_url
+
+    def point(url: str | None) -> None:
+        app.conf.broker_write_url = url
+        # The connection and producer pools were built for the old URL.
+        app._pool = None
+        app.amqp._producer_pool = None
+
+    yield point
+    point(original)

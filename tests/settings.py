@@ -14,6 +14,8 @@ os.environ.setdefault("CELERY_BROKER_URL", os.environ["REDIS_URL"])
 os.environ.setdefault("SECRET_KEY", "test-secret-key-that-is-long-enough-for-the-check-0123")
 os.environ.setdefault("RUN_LEASE_SECONDS", "3")
 os.environ.setdefault("RUN_STALL_SECONDS", "5")
+os.environ.setdefault("WORK_LEASE_SECONDS", "3")
+os.environ.setdefault("WORK_REWAKE_SECONDS", "1")
 os.environ.setdefault("AGENTPLATFORM_VAR_DIR", tempfile.mkdtemp(prefix="agentplatform-test-"))
 # The tests' sample repositories live in temporary directories.
 os.environ.setdefault("LOCAL_REPOSITORY_ROOTS", tempfile.gettempdir())

@@ -9,8 +9,7 @@ import pytest
 from django.db import transaction
 
 from jobs.consumers import event_consume
-from jobs.models import OutboxEvent, ProcessedEvent, WorkspaceDailyCost
-from jobs.tasks import event_consume as event_consume_task
+from jobs.models import OutboxEvent, ProcessedEvent, WorkItem, WorkspaceDailyCost
 from runs.models import Run
 from runs.timeline import PendingEvent, events_record
 from tests.conftest import wait_for
@@ -67,9 +66,16 @@ def test_duplicate_messages_on_a_real_worker_change_state_once(
     event_ids = _turns(workspace, ["0.10", "0.20", "0.30"])
     # The relay (woken on commit) delivers each event once; send each twice more,
     # as a broker redelivery or a replay would.
-    for event_id in event_ids:
+    from agentplatform.celery import app
+
+    wait_for(
+        lambda: WorkItem.objects.filter(kind="event.consume").count() == 3,
+        timeout=30,
+        message="three work items",
+    )
+    for item in WorkItem.objects.filter(kind="event.consume"):
         for _ in range(2):
-            event_consume_task.apply_async(args=["cost_aggregation", event_id], queue="events")
+            app.send_task("jobs.work", args=[item.pk], queue="events")
 
     wait_for(
         lambda: (
@@ -86,9 +92,8 @@ def test_duplicate_messages_on_a_real_worker_change_state_once(
         timeout=30,
         message="outbox drained",
     )
-    # Let the remaining duplicate messages run; they must change nothing.
-    from agentplatform.celery import app
 
+    # Let the remaining duplicate messages run; they must change nothing.
     def queue_empty() -> bool:
         with app.connection_for_write() as conn:
             return conn.default_channel.client.llen("events") == 0

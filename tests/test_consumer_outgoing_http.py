@@ -145,3 +145,52 @@ def test_subscription_delivery_is_signed_and_retried_until_accepted(workspace, h
     assert sent_trace[1] == event_trace[1] and sent_trace[2] != event_trace[2]
     assert ProcessedEvent.objects.filter(consumer=f"subscription:{sub.pk}").count() == 1
     assert sub.wants("agent.run.started") and not sub.wants("agent.task.completed")
+
+
+def test_a_duplicate_arriving_during_the_slow_post_does_not_comment_twice(workspace, http_server):
+    """The second delivery comes while GitHub is still answering the first one's POST."""
+    import time
+
+    from runs.notify import NotificationInFlight
+
+    url = f"http://127.0.0.1:{http_server.server_port}"
+    event_id = _completed(workspace, {"provider": "github", "repo": "octo/calc", "issue_number": 7})
+    posting = threading.Event()
+    original = Recorder.do_POST
+
+    def slow_post(self) -> None:
+        posting.set()
+        time.sleep(1.5)  # the comment appears only when the answer comes
+        original(self)
+
+    outcomes: list[object] = []
+
+    def deliver() -> None:
+        try:
+            with override_settings(GITHUB_API_URL=url):
+                outcomes.append(event_consume(consumer="source_notification", event_id=event_id))
+        except Exception as exc:
+            outcomes.append(exc)
+        finally:
+            from django.db import connections
+
+            connections.close_all()
+
+    Recorder.do_POST = slow_post  # type: ignore[method-assign]
+    try:
+        first = threading.Thread(target=deliver)
+        first.start()
+        assert posting.wait(10)
+        deliver()  # the duplicate, during the call
+        first.join(20)
+    finally:
+        Recorder.do_POST = original  # type: ignore[method-assign]
+
+    assert len(http_server.comments) == 1
+    assert "processed" in outcomes
+    # The duplicate was told to come back later (a retry), not allowed to post.
+    assert any(isinstance(o, NotificationInFlight) for o in outcomes)
+    # Its retry finds the comment sent and changes nothing.
+    with override_settings(GITHUB_API_URL=url):
+        assert event_consume(consumer="source_notification", event_id=event_id) == "duplicate"
+    assert len(http_server.comments) == 1

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from django.conf import settings
 from django.db import transaction
 
 from jobs.consumers import Consumer, Event
@@ -36,6 +35,7 @@ CONSUMERS = "jobs.consumers.cost.COST_AGGREGATION,tests.test_dead_letter_poison_
 
 
 def test_poison_consumer_is_dead_lettered_and_requeued_after_the_fix(
+    settings,
     workspace,
     start_worker,
     monkeypatch,
@@ -46,6 +46,7 @@ def test_poison_consumer_is_dead_lettered_and_requeued_after_the_fix(
     stream = f"test_h4.poison.{uuid.uuid4().hex}"
     monkeypatch.setenv("POISON_FLAG", str(flag))
     monkeypatch.setenv("EVENT_CONSUMERS", CONSUMERS)
+    settings.EVENT_CONSUMERS = CONSUMERS.split(",")
     monkeypatch.setenv("EVENT_CONSUMER_MAX_RETRIES", "2")
     monkeypatch.setenv("EVENT_CONSUMER_RETRY_BASE_SECONDS", "0.2")
     monkeypatch.setenv("EVENT_STREAM_NAME", stream)
@@ -67,7 +68,7 @@ def test_poison_consumer_is_dead_lettered_and_requeued_after_the_fix(
 
     letter = wait_for(
         lambda: DeadLetter.objects.filter(
-            task_name="jobs.event_consume", args=["poison", event_id]
+            task_name="event.consume", kwargs={"consumer": "poison", "event_id": event_id}
         ).first(),
         timeout=40,
         message="dead letter",

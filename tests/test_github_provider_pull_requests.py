@@ -103,12 +103,15 @@ class FakeGitHub:
         owner, name = parts[1], parts[2]
         if method == "GET" and len(parts) == 4:
             head = query.get("head", [""])[0]
+            state = query.get("state", ["open"])[0]
             if self.hide_from_next_list:
                 self.hide_from_next_list -= 1
                 return 200, []
-            return 200, [p for p in self.pulls if p["head"]["label"] == head]
+            return 200, [
+                p for p in self.pulls if p["head"]["label"] == head and state in ("all", p["state"])
+            ]
         if method == "POST" and len(parts) == 4:
-            if any(p["head"]["ref"] == body["head"] for p in self.pulls):
+            if any(p["head"]["ref"] == body["head"] and p["state"] == "open" for p in self.pulls):
                 return 422, {
                     "message": "Validation Failed",
                     "errors": [
@@ -124,7 +127,7 @@ class FakeGitHub:
             return 201, pull
         if method == "PATCH" and len(parts) == 5:
             pull = next(p for p in self.pulls if p["number"] == int(parts[4]))
-            pull.update({k: v for k, v in body.items() if k in {"title", "body"}})
+            pull.update({k: v for k, v in body.items() if k in {"title", "body", "state"}})
             return 200, pull
         return 404, {"message": "Not Found"}
 
@@ -277,3 +280,29 @@ def test_branch_push_keeps_the_token_out_of_the_sandbox(tmp_path, settings):
     )
     assert TOKEN not in stored
     assert not any(TOKEN in value for value in sandbox.environment().values())
+
+
+def test_a_closed_pull_request_is_reopened_not_duplicated(github):
+    provider = _provider(github)
+    _ensure(provider)
+    github.pulls[0]["state"] = "closed"  # a reviewer closed it
+
+    info = _ensure(provider, body="follow-up")
+
+    assert (info.number, info.created) == (1, False)
+    assert len(github.pulls) == 1
+    assert github.pulls[0]["state"] == "open"
+    assert [m for m, _, _ in github.calls].count("POST") == 1
+
+
+def test_a_follow_up_on_a_merged_pull_request_is_refused(github):
+    provider = _provider(github)
+    _ensure(provider)
+    github.pulls[0].update(state="closed", merged_at="2026-01-01T00:00:00Z")
+
+    with pytest.raises(GitProviderError, match="already merged") as refused:
+        _ensure(provider, body="follow-up")
+
+    assert refused.value.retryable is False
+    assert len(github.pulls) == 1
+    assert [m for m, _, _ in github.calls].count("POST") == 1

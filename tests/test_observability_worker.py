@@ -72,7 +72,7 @@ def test_worker_run_moves_counters_carries_trace_and_leaks_no_secret(
     run = wait_for(ended, timeout=90, message="run to end")
     assert run.status == Run.Status.COMPLETED, (run.failure_reason, run.failure_detail)
     wait_for(
-        lambda: DeadLetter.objects.filter(task_name="jobs.event_consume").exists(),
+        lambda: DeadLetter.objects.filter(task_name="event.consume").exists(),
         timeout=30,
         message="the refused event to be dead-lettered",
     )
@@ -91,8 +91,8 @@ def test_worker_run_moves_counters_carries_trace_and_leaks_no_secret(
     )
     assert total(after, "agent_tool_calls_total") > total(before, "agent_tool_calls_total")
     assert (
-        value(after, "agent_dead_letters_total", task="jobs.event_consume")
-        - value(before, "agent_dead_letters_total", task="jobs.event_consume")
+        value(after, "agent_dead_letters_total", task="event.consume")
+        - value(before, "agent_dead_letters_total", task="event.consume")
         == 1
     )
     assert value(after, "agent_dead_letters_open") >= 1
@@ -109,7 +109,7 @@ def test_worker_run_moves_counters_carries_trace_and_leaks_no_secret(
         assert line["run_id"] == str(run.id)
         assert line["trace_id"] == TRACE_ID
         assert line["celery_task"] == "runs.step"
-    consumed = [line for line in lines if line.get("celery_task") == "jobs.event_consume"]
+    consumed = [line for line in lines if line.get("work_kind") == "event.consume"]
     assert consumed and {line["trace_id"] for line in consumed} == {TRACE_ID}
     payloads = OutboxEvent.objects.filter(payload__taskid=str(submission.task.id))
     assert {tracing.trace_id_of(p.payload["traceparent"]) for p in payloads} == {TRACE_ID}

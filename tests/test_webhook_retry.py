@@ -9,7 +9,7 @@ from django.db import transaction
 from jobs.models import DeadLetter
 from tests.conftest import wait_for
 from tests.test_webhook_support import corpus
-from webhooks.intake import receipt_dispatch
+from webhooks.intake import receipt_work_enqueue
 from webhooks.models import WebhookReceipt
 from webhooks.services import webhook_receipt_reprocess
 
@@ -33,14 +33,14 @@ def test_failing_receipt_retries_then_dead_letters_and_can_be_reprocessed(
         repository_ids=["not-a-number"],
     )
     with transaction.atomic():
-        transaction.on_commit(lambda: receipt_dispatch(receipt.pk))
+        receipt_work_enqueue(receipt.pk)
 
     letter = wait_for(
-        lambda: DeadLetter.objects.filter(task_name="webhooks.receipt_process").first(),
+        lambda: DeadLetter.objects.filter(task_name="webhook.process").first(),
         timeout=60,
         message="dead letter",
     )
-    assert letter.args == [receipt.pk]
+    assert letter.kwargs == {"receipt_id": receipt.pk}
     receipt.refresh_from_db()
     assert receipt.status == WebhookReceipt.Status.FAILED
     assert receipt.attempts == 2  # the first try and one retry
@@ -62,5 +62,15 @@ def test_failing_receipt_retries_then_dead_letters_and_can_be_reprocessed(
 
 @pytest.mark.django_db
 def test_reprocess_of_a_receipt_still_waiting_is_refused():
-    receipt = WebhookReceipt.objects.create(provider="github", delivery_id="new", event="ping")
+    with transaction.atomic():
+        receipt = WebhookReceipt.objects.create(provider="github", delivery_id="new", event="ping")
+        receipt_work_enqueue(receipt.pk)
+    assert webhook_receipt_reprocess(receipt=receipt, by="operator") is False
+
+
+@pytest.mark.django_db
+def test_reprocess_of_a_received_receipt_without_pending_work_is_accepted():
+    """A receipt whose processing was never recorded (or finished) can be replayed."""
+    receipt = WebhookReceipt.objects.create(provider="github", delivery_id="lost", event="ping")
+    assert webhook_receipt_reprocess(receipt=receipt, by="operator") is True
     assert webhook_receipt_reprocess(receipt=receipt, by="operator") is False

@@ -114,13 +114,57 @@ def test_repository_secret_replaces_the_environment_secret(client):
     )
     payload = corpus("github", "issues/opened")
 
-    refused = github_post(client, payload, "issues")  # signed with the environment secret
-    accepted = github_post(client, payload, "issues", secret="repository-secret")
+    own_url = f"/webhooks/github/{repository.pk}/"
+
+    # Signed with the environment secret on the repository's URL: refused.
+    refused = github_post(client, payload, "issues", path=own_url)
+    # Signed with the repository's secret on the shared URL: nothing there knows it.
+    unknown = github_post(client, payload, "issues", secret="repository-secret")
+    accepted = github_post(client, payload, "issues", path=own_url, secret="repository-secret")
 
     assert refused.status_code == 401
+    assert unknown.status_code == 401
     assert accepted.status_code == 202
     receipt = WebhookReceipt.objects.get()
     assert receipt.repository_ids == [repository.pk]
+
+
+def test_environment_secret_verifies_repositories_without_their_own(client):
+    shared = RepositoryFactory(external_id="Codertocat/Hello-World")
+    RepositoryFactory(external_id="Codertocat/Hello-World", webhook_secret="own-secret")
+
+    response = github_post(client, corpus("github", "issues/opened"), "issues")
+
+    assert response.status_code == 202
+    assert WebhookReceipt.objects.get().repository_ids == [shared.pk]
+
+
+def test_an_unsigned_body_is_refused_before_it_is_parsed_or_anything_is_queried(
+    client, django_assert_num_queries
+):
+    # A body that would make the JSON parser recurse until it gives up.
+    body = b"[" * 200_000 + b"]" * 200_000
+    with django_assert_num_queries(0):
+        response = client.post(
+            "/webhooks/github/",
+            data=body,
+            content_type="application/json",
+            headers={
+                "X-GitHub-Event": "issues",
+                "X-GitHub-Delivery": "nested",
+                "X-Hub-Signature-256": "sha256=" + "0" * 64,
+            },
+        )
+    assert response.status_code == 401
+    assert response.json()["error"] == "signature_mismatch"
+    assert not WebhookReceipt.objects.exists()
+
+
+def test_a_signed_body_that_cannot_be_parsed_is_a_clear_400(client):
+    body = b"[" * 200_000 + b"]" * 200_000
+    response = github_post(client, body, "issues")
+    assert response.status_code == 400
+    assert response.json()["error"] == "malformed_payload"
 
 
 @pytest.mark.parametrize(("token", "reason"), [(None, "missing"), ("wrong", "mismatch")])

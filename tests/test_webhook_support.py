@@ -50,11 +50,18 @@ def github_headers(
     return headers
 
 
-def github_post(client: Any, payload: dict[str, Any] | bytes, event: str, **kwargs: Any) -> Any:
+def github_post(
+    client: Any,
+    payload: dict[str, Any] | bytes,
+    event: str,
+    *,
+    path: str = "/webhooks/github/",
+    **kwargs: Any,
+) -> Any:
     """POST a GitHub delivery (compact JSON, signed exactly as sent) with the test client."""
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     return client.post(
-        "/webhooks/github/",
+        path,
         data=body,
         content_type="application/json",
         headers=github_headers(body, event, **kwargs),

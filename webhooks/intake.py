@@ -76,24 +76,11 @@ def payload_parse(*, body: bytes, content_type: str) -> dict[str, Any]:
                 raise IntakeRefused(400, "malformed_payload", "form body has no payload field")
             text = fields["payload"][0]
         payload = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise IntakeRefused(400, "malformed_payload", f"body is not valid JSON: {exc}") from exc
     if not isinstance(payload, dict):
         raise IntakeRefused(400, "malformed_payload", "payload must be a JSON object")
     return payload
-
-
-def _repository_name_peek(provider: str, body: bytes, content_type: str) -> str:
-    """The provider's repository name, read only to choose the secret to verify with.
-
-    The body is not trusted yet: a body that does not parse simply has no repository
-    and is verified against the environment secret (and refused as malformed after).
-    """
-    try:
-        payload = payload_parse(body=body, content_type=content_type)
-    except IntakeRefused:
-        return ""
-    return repository_external_id(provider, payload)
 
 
 def repository_external_id(provider: str, payload: Mapping[str, Any]) -> str:
@@ -107,35 +94,46 @@ def repository_external_id(provider: str, payload: Mapping[str, Any]) -> str:
 # --- secrets and signatures -----------------------------------------------------------------
 
 
-def _candidates(provider: str, external_id: str) -> list[_Candidate]:
-    """Secrets that may have signed a delivery for ``external_id``, with their repositories.
+def _candidates(provider: str, repository_id: int | None) -> list[_Candidate]:
+    """The secrets that may have signed a delivery, chosen without reading its body.
 
-    A repository with its own secret is only reachable through that secret; repositories
-    without one share the environment fallback.
+    On a repository's own URL (``/webhooks/<provider>/<id>/``) that is the repository's
+    secret, or the environment secret if it has none. On the shared URL it is the
+    environment secret alone: a repository with its own secret is reachable only
+    through its URL, so no body is parsed and no repository is looked up before a
+    signature matched.
     """
     fallback = (
         settings.GITHUB_WEBHOOK_SECRET if provider == GITHUB else settings.GITLAB_WEBHOOK_TOKEN
     )
+    if repository_id is None:
+        return [_Candidate(secret=fallback)] if fallback else []
     other = GITLAB if provider == GITHUB else GITHUB
-    by_secret: dict[str, _Candidate] = {}
-    shared = _Candidate(secret=fallback)
-    if external_id:
-        rows = (
-            Repository.objects.filter(external_id=external_id)
-            .exclude(provider=other)
-            .values_list("pk", "webhook_secret")
-        )
-        for pk, secret in rows:
-            if secret:
-                by_secret.setdefault(secret, _Candidate(secret=secret)).repository_ids.append(pk)
-            else:
-                shared.repository_ids.append(pk)
-    candidates = list(by_secret.values())
-    # The fallback verifies deliveries for repositories that rely on it, and for names
-    # no repository claims (recorded and ignored); never for one with its own secret.
-    if fallback and (shared.repository_ids or not by_secret):
-        candidates.append(shared)
-    return candidates
+    row = (
+        Repository.objects.filter(pk=repository_id)
+        .exclude(provider=other)
+        .values_list("pk", "webhook_secret")
+        .first()
+    )
+    if row is None:
+        return []
+    pk, secret = row
+    return (
+        [_Candidate(secret=secret or fallback, repository_ids=[pk])] if secret or fallback else []
+    )
+
+
+def _shared_repositories(provider: str, payload: Mapping[str, Any]) -> list[int]:
+    """After the environment secret matched: the repositories that rely on it."""
+    external_id = repository_external_id(provider, payload)
+    if not external_id:
+        return []
+    other = GITLAB if provider == GITHUB else GITHUB
+    return list(
+        Repository.objects.filter(external_id=external_id, webhook_secret="")
+        .exclude(provider=other)
+        .values_list("pk", flat=True)
+    )
 
 
 def github_signature(*, secret: str, body: bytes) -> str:
@@ -148,7 +146,7 @@ def _signature_refused(provider: str, reason: str, detail: str) -> IntakeRefused
     return IntakeRefused(401, f"signature_{reason}", detail)
 
 
-def github_verify(*, body: bytes, signature: str, external_id: str) -> list[int]:
+def github_verify(*, body: bytes, signature: str, repository_id: int | None) -> list[int]:
     """The repositories whose secret signed ``body``; raises 401 if none did."""
     if not signature:
         raise _signature_refused(GITHUB, "missing", "X-Hub-Signature-256 header is missing")
@@ -157,7 +155,7 @@ def github_verify(*, body: bytes, signature: str, external_id: str) -> list[int]
         raise _signature_refused(
             GITHUB, "malformed", "X-Hub-Signature-256 must be sha256=<64 hex digits>"
         )
-    candidates = _candidates(GITHUB, external_id)
+    candidates = _candidates(GITHUB, repository_id)
     if not candidates:
         raise _signature_refused(GITHUB, "no_secret", "no webhook secret is configured")
     matched: _Candidate | None = None
@@ -170,11 +168,11 @@ def github_verify(*, body: bytes, signature: str, external_id: str) -> list[int]
     return matched.repository_ids
 
 
-def gitlab_verify(*, token: str, external_id: str) -> list[int]:
+def gitlab_verify(*, token: str, repository_id: int | None) -> list[int]:
     """The repositories whose token is ``token``; raises 401 if none matches."""
     if not token:
         raise _signature_refused(GITLAB, "missing", "X-Gitlab-Token header is missing")
-    candidates = _candidates(GITLAB, external_id)
+    candidates = _candidates(GITLAB, repository_id)
     if not candidates:
         raise _signature_refused(GITLAB, "no_secret", "no webhook token is configured")
     matched: _Candidate | None = None
@@ -193,10 +191,20 @@ def headers_storable(headers: Mapping[str, str]) -> dict[str, str]:
     return {name: value for name, value in headers.items() if name.lower() not in SENSITIVE_HEADERS}
 
 
-def receipt_dispatch(receipt_id: int) -> None:
-    from webhooks.tasks import receipt_process
+WORK_KIND = "webhook.process"
 
-    receipt_process.apply_async(args=(receipt_id,))
+
+def receipt_work_enqueue(receipt_id: int, *, reopen: bool = False) -> None:
+    """Record the receipt's processing as a work item (inside the receipt's transaction).
+
+    The row, not the message, is the promise: a refused or lost wake-up is re-sent by
+    the work sweep, so an accepted delivery is always processed.
+    """
+    from jobs.work import work_enqueue
+
+    work_enqueue(
+        kind=WORK_KIND, key=str(receipt_id), args={"receipt_id": receipt_id}, reopen=reopen
+    )
 
 
 def webhook_receipt_record(
@@ -242,7 +250,7 @@ def webhook_receipt_record(
                 size_bytes=size_bytes,
                 intake_ms=int((time.monotonic() - started) * 1000),
             )
-            transaction.on_commit(lambda: receipt_dispatch(receipt.pk))
+            receipt_work_enqueue(receipt.pk)
     except IntegrityError:
         existing = (
             WebhookReceipt.objects.filter(
@@ -267,14 +275,21 @@ def webhook_receipt_record(
     return IntakeResult(receipt_id=receipt.pk, duplicate=False)
 
 
-def github_intake(*, body: bytes, headers: Mapping[str, str], started: float) -> IntakeResult:
+def github_intake(
+    *,
+    body: bytes,
+    headers: Mapping[str, str],
+    started: float,
+    repository_id: int | None = None,
+) -> IntakeResult:
     """Signature, parse, record: the GitHub delivery in ``body`` (size already checked)."""
     content_type = headers.get("Content-Type", "application/json")
-    external_id = _repository_name_peek(GITHUB, body, content_type)
     repository_ids = github_verify(
-        body=body, signature=headers.get("X-Hub-Signature-256", ""), external_id=external_id
+        body=body, signature=headers.get("X-Hub-Signature-256", ""), repository_id=repository_id
     )
     payload = payload_parse(body=body, content_type=content_type)
+    if repository_id is None:
+        repository_ids = _shared_repositories(GITHUB, payload)
     event = headers.get("X-GitHub-Event", "")
     delivery_id = headers.get("X-GitHub-Delivery", "")
     if not event or not delivery_id:
@@ -294,12 +309,21 @@ def github_intake(*, body: bytes, headers: Mapping[str, str], started: float) ->
     )
 
 
-def gitlab_intake(*, body: bytes, headers: Mapping[str, str], started: float) -> IntakeResult:
+def gitlab_intake(
+    *,
+    body: bytes,
+    headers: Mapping[str, str],
+    started: float,
+    repository_id: int | None = None,
+) -> IntakeResult:
     """Token, parse, record: the GitLab delivery in ``body`` (size already checked)."""
     content_type = headers.get("Content-Type", "application/json")
-    external_id = _repository_name_peek(GITLAB, body, content_type)
-    repository_ids = gitlab_verify(token=headers.get("X-Gitlab-Token", ""), external_id=external_id)
+    repository_ids = gitlab_verify(
+        token=headers.get("X-Gitlab-Token", ""), repository_id=repository_id
+    )
     payload = payload_parse(body=body, content_type=content_type)
+    if repository_id is None:
+        repository_ids = _shared_repositories(GITLAB, payload)
     event = headers.get("X-Gitlab-Event", "") or str(payload.get("object_kind") or "")
     # Idempotency-Key (GitLab 17.4+) survives retries and manual resends; older servers
     # only send the event UUID.

@@ -165,7 +165,10 @@ def _submit(
 
 
 def _followup(*, task: Task, feedback: str, by: str) -> Outcome:
-    run = task_followup(task=task, feedback=feedback, by=by)
+    try:
+        run = task_followup(task=task, feedback=feedback, by=by)
+    except CommandRefused as refused:
+        return Outcome.ignored(f"follow-up refused: {refused.code}")
     if run is None:
         return Outcome.done(f"feedback batched for the next run of task {task.id}")
     return Outcome.done(f"follow-up run {run.run_no} of task {task.id} started")

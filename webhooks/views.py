@@ -44,11 +44,15 @@ def _body_read(request: HttpRequest) -> bytes:
     return body
 
 
-def _receive(request: HttpRequest, provider: str, accept: Intake) -> JsonResponse:
+def _receive(
+    request: HttpRequest, provider: str, accept: Intake, repository_id: int | None
+) -> JsonResponse:
     started = time.monotonic()
     try:
         body = _body_read(request)
-        result = accept(body=body, headers=request.headers, started=started)
+        result = accept(
+            body=body, headers=request.headers, started=started, repository_id=repository_id
+        )
     except intake.IntakeRefused as refused:
         return _refusal(provider, refused)
     metrics.intake_seconds.labels(provider=provider).observe(time.monotonic() - started)
@@ -59,11 +63,11 @@ def _receive(request: HttpRequest, provider: str, accept: Intake) -> JsonRespons
 
 @csrf_exempt
 @require_POST
-def github(request: HttpRequest) -> JsonResponse:
-    return _receive(request, intake.GITHUB, intake.github_intake)
+def github(request: HttpRequest, repository_id: int | None = None) -> JsonResponse:
+    return _receive(request, intake.GITHUB, intake.github_intake, repository_id)
 
 
 @csrf_exempt
 @require_POST
-def gitlab(request: HttpRequest) -> JsonResponse:
-    return _receive(request, intake.GITLAB, intake.gitlab_intake)
+def gitlab(request: HttpRequest, repository_id: int | None = None) -> JsonResponse:
+    return _receive(request, intake.GITLAB, intake.gitlab_intake, repository_id)

@@ -9,6 +9,7 @@ and a crash recovery cannot reset it: a replayed turn is a row that already exis
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 
 from django.db.models import Sum
@@ -40,6 +41,27 @@ class Spent:
     limit: float
 
 
+def run_working_seconds(run: Run, *, now: datetime | None = None) -> float:
+    """Seconds the run has existed minus the time it waited for a person's approval.
+
+    Waiting for approval is not work: an approval may take days, the budget is for the
+    agent's own time.
+    """
+    from runs.models import Approval
+
+    now = now or timezone.now()
+    started = run.started_at or run.created_at
+    waited = 0.0
+    for requested, decided in Approval.objects.filter(run_id=run.pk).values_list(
+        "requested_at", "decided_at"
+    ):
+        begin = max(requested, started)
+        end = min(decided or now, now)
+        if end > begin:
+            waited += (end - begin).total_seconds()
+    return max(0.0, (now - started).total_seconds() - waited)
+
+
 def budget_used(*, task: Task, run: Run, name: str) -> float:
     """How much of budget ``name`` the task has used, this run included."""
     if name == "agent_attempts":
@@ -62,8 +84,7 @@ def budget_used(*, task: Task, run: Run, name: str) -> float:
     if name == "wall_clock_seconds":
         # Finished runs added their time to the task at their end; this one is running.
         earlier = float((task.usage or {}).get("wall_clock_seconds", 0))
-        started = run.started_at or run.created_at
-        return earlier + (timezone.now() - started).total_seconds()
+        return earlier + run_working_seconds(run)
     raise ValueError(f"unknown budget {name!r}")
 
 

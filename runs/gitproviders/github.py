@@ -107,16 +107,22 @@ class GitHubProvider(GitProvider):
     def pull_request_find(
         self, client: httpx.Client, owner: str, name: str, branch: str
     ) -> dict[str, Any] | None:
-        """The open pull request whose head is ``owner:branch``, if there is one."""
+        """The newest pull request whose head is ``owner:branch``, open, closed or merged.
+
+        Asking only for open ones would miss a closed PR and open a second one for the
+        same task (and overwrite the stored number).
+        """
         response = self._request(
             client,
             "GET",
             f"/repos/{owner}/{name}/pulls",
-            params={"head": f"{owner}:{branch}", "state": "open"},
+            params={"head": f"{owner}:{branch}", "state": "all", "sort": "created"},
         )
         self._raise_for(response, "look up the pull request")
         pulls = response.json()
-        return pulls[0] if pulls else None
+        if not pulls:
+            return None
+        return max(pulls, key=lambda pull: int(pull.get("number") or 0))
 
     def pull_request_ensure(
         self,
@@ -164,11 +170,26 @@ class GitHubProvider(GitProvider):
         body: str,
         head_sha: str,
     ) -> PullRequestInfo:
+        """Update the task's pull request; a closed one is reopened, a merged one refused.
+
+        One pull request per task (DESIGN §6): a follow-up after a reviewer closed the PR
+        brings that PR back rather than opening another; after a merge the branch is
+        history, so new work on it must be a new task.
+        """
+        if pull.get("merged_at") or pull.get("merged"):
+            raise GitProviderError(
+                f"pull request #{pull['number']} was already merged; start a new task "
+                "for further changes",
+                retryable=False,
+            )
+        changes: dict[str, Any] = {"title": title, "body": body}
+        if pull.get("state") == "closed":
+            changes["state"] = "open"
         response = self._request(
             client,
             "PATCH",
             f"/repos/{owner}/{name}/pulls/{pull['number']}",
-            json={"title": title, "body": body},
+            json=changes,
         )
         self._raise_for(response, "update the pull request")
         return self._info(response.json(), head_sha, created=False)

@@ -1,0 +1,398 @@
+"""Work items: every unit of work that is not a run step lives in a row.
+
+A producer calls ``work_enqueue`` inside the transaction that creates the need (a webhook
+receipt, a published event), so the work exists exactly when its cause does. After
+commit one ``jobs.work`` message wakes a worker; if that send fails or the message dies
+with the broker, the row is still pending and ``work_sweep`` (beat, advisory-locked,
+capped per tick) wakes it again once it is overdue.
+
+A worker claims the row with a lease before calling the kind's handler. Handlers are
+idempotent (receipts, ProcessedEvent rows, notification rows), so running one again after
+a crash repeats nothing. A claim that finds an expired lease knows the previous worker
+died holding it: after ``WORK_POISON_CRASHES`` such deaths the item is dead-lettered as
+poison instead of killing workers forever. Ordinary failures retry with backoff until
+the kind's ``max_attempts``, then become dead letters; a requeue sets the same row
+pending again in the transaction that reopens the letter, so nothing is sent that could
+be lost.
+"""
+
+from __future__ import annotations
+
+import traceback
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from jobs import tracing
+from jobs.backoff import backoff_delay
+from jobs.locks import sweep_lock
+from jobs.logs import log
+from jobs.models import DeadLetter, WorkItem
+
+WORK_TASK = "jobs.work"
+
+
+class PermanentWorkError(Exception):
+    """The work can never succeed as it is: dead-letter it without retrying."""
+
+
+@dataclass(frozen=True)
+class WorkKind:
+    name: str
+    handler: Callable[..., Any]
+    queue: str = "events"
+    max_attempts: int = 6
+    retry_base_seconds: float = 2.0
+    retry_max_seconds: float = 600.0
+    # Exceptions that mean "never retry" besides PermanentWorkError.
+    permanent: tuple[type[BaseException], ...] = field(default_factory=tuple)
+
+
+_kinds: dict[str, WorkKind] = {}
+
+
+def work_kind_register(kind: WorkKind) -> None:
+    """Declare a kind of work and its handler (``handler(**item.args)``)."""
+    _kinds[kind.name] = kind
+
+
+def work_kind(name: str) -> WorkKind:
+    try:
+        return _kinds[name]
+    except KeyError:
+        raise PermanentWorkError(f"no kind of work named {name!r}") from None
+
+
+# --- producing ---------------------------------------------------------------------------
+
+
+def work_enqueue(
+    *,
+    kind: str,
+    key: str,
+    args: dict[str, Any],
+    delay: float = 0.0,
+    reopen: bool = False,
+    traceparent: str = "",
+) -> WorkItem | None:
+    """Record work to do and wake a worker on commit; None if it already exists.
+
+    Must run inside the transaction that creates the work's cause. With ``reopen`` an
+    existing item (done or dead) is set pending again, for an operator's replay.
+    """
+    spec = work_kind(kind)
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            item = WorkItem.objects.create(
+                kind=kind,
+                key=key,
+                args=args,
+                queue=spec.queue,
+                due_at=now + timedelta(seconds=delay),
+                traceparent=traceparent or tracing.traceparent_current() or "",
+            )
+    except IntegrityError:
+        if not reopen:
+            return None
+        item = WorkItem.objects.select_for_update().get(kind=kind, key=key)
+        _reopen(item, args=args)
+    work_wake_on_commit([item])
+    return item
+
+
+def work_enqueue_many(
+    *, kind: str, entries: Iterable[tuple[str, dict[str, Any], str]]
+) -> list[WorkItem]:
+    """Record many items of one kind at once (existing keys are skipped); woken on commit.
+
+    Each entry is (key, args, traceparent).
+    """
+    spec = work_kind(kind)
+    now = timezone.now()
+    rows = [
+        WorkItem(
+            kind=kind, key=key, args=args, queue=spec.queue, due_at=now, traceparent=trace or ""
+        )
+        for key, args, trace in entries
+    ]
+    if not rows:
+        return []
+    created = WorkItem.objects.bulk_create(rows, ignore_conflicts=True)
+    # ignore_conflicts leaves pk unset: read back the ones that are still to wake.
+    keys = [row.key for row in created]
+    fresh = list(
+        WorkItem.objects.filter(
+            kind=kind, key__in=keys, status=WorkItem.Status.PENDING, woken_at__isnull=True
+        )
+    )
+    work_wake_on_commit(fresh)
+    return fresh
+
+
+def _reopen(item: WorkItem, *, args: dict[str, Any] | None = None) -> None:
+    WorkItem.objects.filter(pk=item.pk).update(
+        status=WorkItem.Status.PENDING,
+        args=item.args if args is None else args,
+        due_at=timezone.now(),
+        attempts=0,
+        crashes=0,
+        wakes=0,
+        woken_at=None,
+        lease_until=None,
+        claim="",
+        finished_at=None,
+    )
+    item.refresh_from_db()
+
+
+# --- waking ------------------------------------------------------------------------------
+
+
+def work_wake_on_commit(items: list[WorkItem]) -> None:
+    if items:
+        pairs = [(item.pk, item.queue) for item in items]
+        transaction.on_commit(lambda: work_wake(pairs))
+
+
+def work_wake(pairs: list[tuple[int, str]], *, countdown: float = 0.0) -> int:
+    """Send one wake-up per item; record it only once the broker took it.
+
+    A refused send leaves ``woken_at`` as it was, so the sweep sees the item overdue.
+    Returns how many were sent.
+    """
+    from celery import current_app
+
+    sent: list[int] = []
+    try:
+        with current_app.producer_or_acquire() as producer:
+            for pk, queue in pairs:
+                current_app.send_task(
+                    WORK_TASK,
+                    args=(pk,),
+                    queue=queue,
+                    countdown=countdown or None,
+                    producer=producer,
+                )
+                sent.append(pk)
+    except Exception:
+        log.warning("work.wake_failed", sent=len(sent), unsent=len(pairs) - len(sent))
+    if sent:
+        due = timezone.now() + timedelta(seconds=countdown)
+        try:
+            WorkItem.objects.filter(pk__in=sent).update(woken_at=due, wakes=F("wakes") + 1)
+        except Exception:
+            # Unrecorded wake-ups cost at most one extra message per item.
+            log.warning("work.wake_record_failed", exc_info=True)
+    return len(sent)
+
+
+def _rewake_after(wakes: int) -> float:
+    return float(
+        min(
+            settings.WORK_REWAKE_MAX_SECONDS,
+            settings.WORK_REWAKE_SECONDS * (2 ** max(0, wakes - 1)),
+        )
+    )
+
+
+@dataclass
+class SweepReport:
+    woken: int = 0
+    overdue: int = 0
+    skipped: bool = False
+
+
+def work_sweep(*, limit: int | None = None) -> SweepReport:
+    """Wake pending items that are due, not leased and whose last wake-up went unanswered.
+
+    One sweep at a time (advisory lock); at most ``limit`` wake-ups per tick, oldest due
+    first. An item woken at ``t`` is not woken again before ``t + WORK_REWAKE_SECONDS``
+    (doubling per unanswered wake-up), so a backlog the workers are still draining gets
+    no second message per item, and a lost message costs a bounded delay.
+    """
+    report = SweepReport()
+    limit = limit or settings.WORK_SWEEP_LIMIT
+    now = timezone.now()
+    base = timedelta(seconds=settings.WORK_REWAKE_SECONDS)
+    with sweep_lock("work") as held:
+        if not held:
+            report.skipped = True
+            return report
+        # Coarse filter in SQL (the smallest re-wake interval); exact backoff per row below.
+        candidates = list(
+            WorkItem.objects.filter(status=WorkItem.Status.PENDING, due_at__lte=now)
+            .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+            .filter(Q(woken_at__isnull=True) | Q(woken_at__lt=now - base))
+            .order_by("due_at")
+            .values_list("pk", "queue", "woken_at", "wakes", "created_at")[: limit * 4]
+        )
+    due: list[tuple[int, str]] = []
+    for pk, queue, woken_at, wakes, created_at in candidates:
+        since = woken_at or created_at
+        if now - since >= timedelta(seconds=_rewake_after(wakes)):
+            due.append((pk, queue))
+        if len(due) >= limit:
+            break
+    report.overdue = len(due)
+    if due:
+        report.woken = work_wake(due)
+        log.warning("work.swept", woken=report.woken, overdue=report.overdue)
+    return report
+
+
+# --- executing ---------------------------------------------------------------------------
+
+
+def _claim(item_id: int) -> tuple[WorkItem | None, str]:
+    """Lease the item for this worker; (item, "claimed") or (None, why not)."""
+    now = timezone.now()
+    with transaction.atomic():
+        item = WorkItem.objects.select_for_update().filter(pk=item_id).first()
+        if item is None:
+            return None, "missing"
+        if item.status != WorkItem.Status.PENDING:
+            return None, item.status
+        if item.lease_until is not None and item.lease_until > now:
+            return None, "in_flight"
+        if item.due_at > now:
+            return None, "early"
+        crashes = item.crashes
+        if item.lease_until is not None:
+            # The previous claim neither finished nor failed: its worker died with it.
+            crashes += 1
+        if crashes >= settings.WORK_POISON_CRASHES:
+            WorkItem.objects.filter(pk=item.pk).update(
+                status=WorkItem.Status.DEAD,
+                crashes=crashes,
+                lease_until=None,
+                claim="",
+                finished_at=now,
+                last_error=f"killed its worker {crashes} times",
+            )
+            item.crashes = crashes
+            _dead_letter(item, exception=f"poison: killed its worker {crashes} times", tb="")
+            return None, "poison"
+        token = uuid.uuid4().hex
+        WorkItem.objects.filter(pk=item.pk).update(
+            lease_until=now + timedelta(seconds=settings.WORK_LEASE_SECONDS),
+            claim=token,
+            crashes=crashes,
+            attempts=F("attempts") + 1,
+            wakes=0,
+        )
+        item.claim, item.crashes, item.attempts = token, crashes, item.attempts + 1
+    return item, "claimed"
+
+
+def work_execute(*, item_id: int) -> str:
+    """Run one item's handler if it is pending and not in flight; its outcome."""
+    item, why = _claim(item_id)
+    if item is None:
+        return why
+    spec = work_kind(item.kind)
+    # The item's own trace, not the one of whichever sender (relay, sweep) woke it.
+    tracing.trace_activate(
+        tracing.traceparent_child(item.traceparent) or tracing.traceparent_current()
+    )
+    structlog.contextvars.bind_contextvars(work_kind=item.kind, work_key=item.key)
+    try:
+        spec.handler(**item.args)
+    except Exception as exc:
+        return _failed(item, spec, exc)
+    WorkItem.objects.filter(pk=item.pk, claim=item.claim).update(
+        status=WorkItem.Status.DONE,
+        lease_until=None,
+        claim="",
+        finished_at=timezone.now(),
+        last_error="",
+    )
+    return "done"
+
+
+def work_run_now(*, kind: str, key: str) -> str:
+    """Execute an item in this process instead of waiting for its wake-up."""
+    pk = WorkItem.objects.filter(kind=kind, key=key).values_list("pk", flat=True).first()
+    return "missing" if pk is None else work_execute(item_id=pk)
+
+
+def _failed(item: WorkItem, spec: WorkKind, exc: Exception) -> str:
+    error = f"{type(exc).__name__}: {exc}"[:2000]
+    permanent = isinstance(exc, (PermanentWorkError, *spec.permanent))
+    now = timezone.now()
+    if permanent or item.attempts >= spec.max_attempts:
+        with transaction.atomic():
+            updated = WorkItem.objects.filter(pk=item.pk, claim=item.claim).update(
+                status=WorkItem.Status.DEAD,
+                lease_until=None,
+                claim="",
+                finished_at=now,
+                last_error=error,
+            )
+            if updated:
+                _dead_letter(item, exception=error, tb=traceback.format_exc())
+        log.error("work.dead", kind=item.kind, key=item.key, error=error[:300])
+        return "dead"
+    delay = backoff_delay(
+        attempt=item.attempts, base=spec.retry_base_seconds, cap=spec.retry_max_seconds
+    )
+    due = now + timedelta(seconds=delay)
+    WorkItem.objects.filter(pk=item.pk, claim=item.claim).update(
+        lease_until=None, claim="", due_at=due, last_error=error
+    )
+    log.warning("work.retry", kind=item.kind, key=item.key, delay=round(delay, 2), error=error)
+    work_wake([(item.pk, item.queue)], countdown=delay)
+    return "retry"
+
+
+def _dead_letter(item: WorkItem, *, exception: str, tb: str) -> None:
+    from jobs import metrics
+    from jobs.services import dead_letter_record
+
+    metrics.dead_letters.labels(item.kind).inc()
+    dead_letter_record(
+        task_name=item.kind,
+        task_id=work_letter_id(item.pk),
+        args=[],
+        kwargs=dict(item.args),
+        queue=item.queue,
+        exception=exception,
+        traceback=tb,
+        attempts=item.attempts,
+        recoveries=item.crashes,
+    )
+
+
+def work_letter_id(item_id: int) -> str:
+    """The dead letter's task id for a work item: a requeue reopens the same row."""
+    return f"work:{item_id}"
+
+
+def work_requeue(letter: DeadLetter) -> bool:
+    """Reopen the work item behind a dead letter (inside the requeue's transaction)."""
+    if not letter.task_id.startswith("work:"):
+        return False
+    item = WorkItem.objects.select_for_update().filter(pk=int(letter.task_id[5:])).first()
+    if item is None:
+        return False
+    _reopen(item)
+    work_wake_on_commit([item])
+    return True
+
+
+def work_overdue_count(*, now: datetime | None = None) -> int:
+    """Pending items due and not leased (a gauge of what the workers have not reached)."""
+    now = now or timezone.now()
+    return (
+        WorkItem.objects.filter(status=WorkItem.Status.PENDING, due_at__lte=now)
+        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+        .count()
+    )
