@@ -115,3 +115,30 @@ def test_setup_network_is_off_unless_the_policy_allows_it(workspace, repository,
         assert run.status == Run.Status.COMPLETED, (run.failure_reason, run.failure_detail)
     else:
         assert (run.status, run.failure_reason) == (Run.Status.FAILED, "setup_failed")
+
+
+def test_the_agents_edits_never_reach_the_cached_environment(workspace, repository, settings):
+    repository.setup_command = SETUP
+    repository.save()
+    script = demo.fix_script()
+    # The agent edits a lock file and the setup's inputs; the cache is still made from
+    # the base commit only, once.
+    script["turns"].insert(
+        0,
+        {
+            "tool_calls": [
+                {
+                    "name": "write_file",
+                    "arguments": {"path": "requirements.txt", "content": "evil==1.0\n"},
+                }
+            ]
+        },
+    )
+
+    run = run_drive_inline(run_id=_submit(workspace, repository, script).run.id)
+
+    assert run.status == Run.Status.COMPLETED, (run.failure_reason, run.failure_detail)
+    root = Path(settings.SETUP_CACHE_ROOT) / f"repository-{repository.pk}"
+    keys = [p.name for p in root.iterdir() if not p.name.startswith(".")]
+    assert keys == [_setup_event(run)["cache_key"]]
+    assert run.checkpoint["setup_key"] == keys[0]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from runs.agent import safefs
+from runs.agent import platform_git, safefs
 from runs.agent.sandbox import LocalSandbox, SandboxError
 from runs.models import Repository
 
@@ -142,33 +142,51 @@ def setup_ensure(
     *,
     repository: Repository,
     sandbox: LocalSandbox,
+    base_commit: str,
+    key: str | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> SetupResult | None:
-    """The repository's setup for this working copy, from the cache or made now, and
-    mounted; None when the repository has no setup command."""
+    """The repository's setup mounted into ``sandbox``: from the cache (``key``, when
+    the run already has one), or made now; None when there is no setup command.
+
+    The setup always runs in a scratch checkout of ``base_commit``, never in the agent's
+    working copy: what the cache holds is a function of the repository's committed files
+    only, so no run's edits can reach another run's environment.
+    """
     command = repository.setup_command.strip()
     if not command:
         return None
     started = time.monotonic()
-    key = setup_key(repository, sandbox)
-    cache = setup_cache_dir(repository, key)
     output = ""
-    cached = (cache / COMPLETE_MARKER).exists()
+    cached = key is not None and (setup_cache_dir(repository, key) / COMPLETE_MARKER).exists()
     if not cached:
-        with _locked(cache.parent / f".{key}.lock"):
-            cached = (cache / COMPLETE_MARKER).exists()
-            if not cached:
-                result = sandbox.run(
-                    command,
-                    timeout=settings.SETUP_TIMEOUT_SECONDS,
-                    should_stop=should_stop,
-                    network=repository.setup_network,
-                )
-                output = result.output
-                if not result.ok:
-                    why = "timed out" if result.timed_out else f"exit code {result.exit_code}"
-                    raise SetupFailed(f"setup command failed ({why}): {output[-2000:]}")
-                _capture(repository, sandbox, cache)
+        if sandbox.git_dir is None:
+            raise SetupFailed("the working copy has no platform repository to set up from")
+        scratch = LocalSandbox(f"setup-{uuid.uuid4().hex}", backend=sandbox.backend)
+        scratch.create()
+        try:
+            platform_git.worktree_create(
+                git_dir=sandbox.git_dir, workdir=scratch.path, commit=base_commit
+            )
+            key = setup_key(repository, scratch)
+            cache = setup_cache_dir(repository, key)
+            with _locked(cache.parent / f".{key}.lock"):
+                cached = (cache / COMPLETE_MARKER).exists()
+                if not cached:
+                    result = scratch.run(
+                        command,
+                        timeout=settings.SETUP_TIMEOUT_SECONDS,
+                        should_stop=should_stop,
+                        network=repository.setup_network,
+                    )
+                    output = result.output
+                    if not result.ok:
+                        why = "timed out" if result.timed_out else f"exit code {result.exit_code}"
+                        raise SetupFailed(f"setup command failed ({why}): {output[-2000:]}")
+                    _capture(repository, scratch, cache)
+        finally:
+            scratch.remove()
+    assert key is not None
     setup_mount(repository, sandbox, key)
     return SetupResult(
         key=key,

@@ -8,7 +8,7 @@ from typing import Any
 from runs.agent.artifacts import redact
 from runs.agent.budget import Spent, budget_exhausted, budget_used
 from runs.agent.sandbox import CommandCancelled, LocalSandbox, SandboxError
-from runs.agent.setup import SetupFailed, SetupResult, setup_ensure
+from runs.agent.setup import SetupResult, setup_ensure
 from runs.agent.workspace import workspace_ensure, workspace_restore
 from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import Run
@@ -16,14 +16,23 @@ from runs.models import Run
 S = Run.Status
 
 
-def _setup(ctx: StepContext, sandbox: LocalSandbox) -> SetupResult | None:
+def _setup(ctx: StepContext, sandbox: LocalSandbox, base: str = "") -> SetupResult | None:
     """The repository's setup mounted read-only into ``sandbox`` (made if not cached)."""
     try:
-        return setup_ensure(repository=ctx.repository, sandbox=sandbox, should_stop=ctx.should_stop)
+        result = setup_ensure(
+            repository=ctx.repository,
+            sandbox=sandbox,
+            base_commit=base or ctx.run.base_commit,
+            key=ctx.checkpoint.get("setup_key"),
+            should_stop=ctx.should_stop,
+        )
     except CommandCancelled as exc:
         raise RunCancelled() from exc
-    except SetupFailed as exc:
+    except SandboxError as exc:
         raise StepFailed("setup_failed", str(exc)) from exc
+    if result is not None:
+        ctx.checkpoint["setup_key"] = result.key
+    return result
 
 
 def _sandbox(ctx: StepContext) -> Any:

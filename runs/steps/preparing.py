@@ -33,7 +33,8 @@ def step_preparing(ctx: StepContext) -> Outcome:
     )
     # The repository's environment before the agent starts (network only if its policy
     # says so, and only here); later steps mount the cached result read-only.
-    setup = _setup(ctx, sandbox)
+    ctx.checkpoint.pop("setup_key", None)
+    setup = _setup(ctx, sandbox, base=sha)
     if setup is not None:
         ctx.emit(
             "agent.setup.completed",
