@@ -594,8 +594,14 @@ class RunAdmin(OperatorAdmin):
 
     def get_urls(self) -> list[Any]:
         operate = self.admin_site.admin_view(require_POST(self.operate_view))
+        artifact = self.admin_site.admin_view(self.artifact_view)
         return [
             path("<uuid:object_id>/operate/<str:action>/", operate, name="runs_run_operate"),
+            path(
+                "<uuid:object_id>/artifacts/<uuid:artifact_id>/",
+                artifact,
+                name="runs_run_artifact",
+            ),
             *super().get_urls(),
         ]
 
@@ -605,6 +611,17 @@ class RunAdmin(OperatorAdmin):
         "approve": "approve_runs",
         "reject": "reject_runs",
     }
+
+    def artifact_view(self, request: HttpRequest, object_id: Any, artifact_id: Any) -> HttpResponse:
+        """One artifact of the run, as plain text: its content is untrusted (model output,
+        repository files), so it is never rendered as HTML."""
+        if not self.has_view_permission(request):
+            return HttpResponse("not allowed", status=403)
+        artifact = get_object_or_404(Artifact, pk=artifact_id, run_id=object_id)
+        response = HttpResponse(artifact.content, content_type="text/plain; charset=utf-8")
+        response["X-Content-Type-Options"] = "nosniff"
+        response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+        return response
 
     def operate_view(self, request: HttpRequest, object_id: Any, action: str) -> HttpResponse:
         """The run page's buttons: the same actions as the list, for one run."""
@@ -813,6 +830,11 @@ def run_console(run: Run) -> dict[str, Any]:
         "phases": timeline_phases(events),
         "events_truncated": run.last_sequence_no > len(events),
         "tool_calls": list(run.tool_calls.order_by("step_no", "turn_no", "id")),
+        "artifacts": list(
+            run.artifacts.order_by("created_at").only(
+                "id", "run_id", "kind", "name", "size_bytes", "created_at"
+            )[:500]
+        ),
         "model_turns": list(run.model_turns.order_by("step_no", "turn_no")),
         "patches": [
             {"patch": p, "lines": diff_lines(_artifact_text(p.diff_artifact))} for p in patches

@@ -217,3 +217,21 @@ def test_run_page_query_count_does_not_grow_with_history(
     admin_client_su.get(url)
     with django_assert_max_num_queries(30):
         assert admin_client_su.get(url).status_code == 200
+
+
+def test_artifacts_are_links_served_as_inert_text(admin_client_su: Any) -> None:
+    run = run_history_create()
+    hostile = _artifact(run, "model_response", "reply.html", "<script>alert(1)</script>")
+    url = reverse("admin:runs_run_artifact", args=[run.pk, hostile.pk])
+
+    html = admin_client_su.get(reverse("admin:runs_run_change", args=[run.pk])).content.decode()
+    served = admin_client_su.get(url)
+    other_run = run_history_create()
+    wrong = admin_client_su.get(reverse("admin:runs_run_artifact", args=[other_run.pk, hostile.pk]))
+
+    assert f'href="{url}"' in html
+    assert served.status_code == 200
+    assert served["Content-Type"] == "text/plain; charset=utf-8"
+    assert served["X-Content-Type-Options"] == "nosniff"
+    assert served.content == b"<script>alert(1)</script>"
+    assert wrong.status_code == 404
