@@ -9,6 +9,7 @@ then JSON (production) or aligned key=value lines (development).
 from __future__ import annotations
 
 import functools
+import os
 import re
 import threading
 from collections.abc import Iterable
@@ -71,10 +72,27 @@ def secrets_register(values: Iterable[Any]) -> None:
             _known_pattern = re.compile("|".join(re.escape(v) for v in ordered))
 
 
+def _secrets_in(value: Any, depth: int = 0) -> list[str]:
+    """Secret-named values inside a nested setting (``MODEL_PROFILES``); a ``*_env`` key
+    names the environment variable that holds the secret."""
+    found: list[str] = []
+    if depth > 4 or not isinstance(value, dict):
+        return found
+    for key, item in value.items():
+        if isinstance(item, dict):
+            found += _secrets_in(item, depth + 1)
+        elif isinstance(key, str) and isinstance(item, str) and _SECRET_KEY.search(key):
+            found.append(os.environ.get(item, "") if key.endswith("_env") else item)
+    return found
+
+
 def secrets_from_settings(settings: Any) -> list[str]:
-    """Values of settings named like secrets (keys, tokens, passwords, the secret key)."""
+    """Values of settings named like secrets (keys, tokens, passwords, the secret key),
+    and of secret-named entries of dictionary settings such as the model profiles."""
     found: list[str] = []
     for name in dir(settings):
+        if name.isupper() and isinstance(getattr(settings, name, None), dict):
+            found += _secrets_in(getattr(settings, name))
         if not name.isupper() or not _SECRET_KEY.search(name.lower()):
             continue
         if _NOT_A_SECRET_SETTING.search(name):  # SESSION_COOKIE_NAME, API_THROTTLE_TOKEN_RATE

@@ -341,3 +341,22 @@ def test_a_task_run_inline_keeps_its_callers_context():
     finally:
         tracing.trace_clear()
         structlog.contextvars.unbind_contextvars("request_id")
+
+
+@pytest.mark.no_services
+def test_model_profile_keys_are_redacted(monkeypatch, settings):
+    from agentplatform.logging import secrets_from_settings
+
+    monkeypatch.setenv("SELF_HOSTED_LLM_KEY", "profile-key-from-env-31337")
+    settings.MODEL_PROFILES = {
+        **settings.MODEL_PROFILES,
+        "local": {"provider": "openai", "api_key_env": "SELF_HOSTED_LLM_KEY"},
+        "inline": {"provider": "openai", "api_key": "inline-profile-key-4242"},
+    }
+    from django.conf import settings as live
+
+    found = secrets_from_settings(live)
+    assert "profile-key-from-env-31337" in found and "inline-profile-key-4242" in found
+    record = _record("calling with profile-key-from-env-31337 / inline-profile-key-4242")
+    text = StructuredFormatter(json=True).format(record)
+    assert "31337" not in text and "4242" not in text
