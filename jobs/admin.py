@@ -27,6 +27,7 @@ from jobs.models import (
     Notification,
     OutboxEvent,
     ProcessedEvent,
+    WorkItem,
     WorkspaceDailyCost,
 )
 
@@ -436,6 +437,31 @@ class NotificationAdmin(ReadOnlyQueueAdmin):
     list_filter = ("status", "channel")
     search_fields = ("=event_id", "target", "external_id")
     ordering = ("-created_at",)
+
+
+@admin.register(WorkItem)
+class WorkItemAdmin(ReadOnlyQueueAdmin):
+    """Work that is not a run step: what is pending, in flight, done or dead."""
+
+    list_display = (
+        "kind",
+        "key",
+        "status",
+        "attempts",
+        "crashes",
+        "due_at",
+        "woken_at",
+        "lease_until",
+        "created_at",
+    )
+    list_filter = ("status", "kind")
+    search_fields = ("=key", "kind", "last_error")
+    ordering = ("-created_at",)
+    readonly_fields = ("args_pretty",)
+
+    @admin.display(description="args")
+    def args_pretty(self, obj: WorkItem) -> str:
+        return pretty_json(obj.args)
 
 
 @admin.register(WorkspaceDailyCost)
