@@ -27,9 +27,7 @@ def test_beat_keeps_sending_after_its_redis_restarts(own_redis, monkeypatch, tmp
         wait_for(lambda: client.llen(PROBE_QUEUE) >= 2, timeout=40, message="first firings")
         own_redis.restart(down_seconds=2)
         assert client.llen(PROBE_QUEUE) == 0  # no persistence: the queue is gone
-        wait_for(
-            lambda: client.llen(PROBE_QUEUE) >= 2, timeout=40, message="firings after restart"
-        )
+        wait_for(lambda: client.llen(PROBE_QUEUE) >= 2, timeout=40, message="firings after restart")
         assert beat.process.poll() is None
     finally:
         beat.stop()
