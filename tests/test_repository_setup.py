@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 from runs import demo
+from runs.agent import platform_git
+from runs.agent.sandbox import LocalSandbox
+from runs.agent.setup import SetupFailed, setup_ensure
 from runs.engine import run_drive_inline
 from runs.models import Run, ToolCall
 from runs.services import task_submit
@@ -95,26 +98,39 @@ def test_the_cached_setup_is_read_only_to_runs(workspace, repository, settings):
 
 
 @pytest.mark.parametrize("allowed", [False, True])
-def test_setup_network_is_off_unless_the_policy_allows_it(workspace, repository, allowed):
+def test_setup_network_is_off_unless_the_policy_allows_it(
+    workspace, repository, sample_repo, settings, tmp_path, allowed
+):
+    settings.SANDBOX_ROOT = tmp_path / "sandboxes"
+    git_dir = platform_git.repository_fetch(url=str(sample_repo), dest=tmp_path / "p.git")
+    base = platform_git.commit_resolve(git_dir, "origin/main")
+    box = LocalSandbox("run-net-1")
+    box.git_dir = git_dir
+    box.create()
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
     port = listener.getsockname()[1]
+    repository.setup_command = (
+        f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 3)\""
+        " && mkdir .venv"
+    )
+    repository.setup_network = allowed
+    repository.save()
     try:
-        repository.setup_command = (
-            f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 3)\""
-        )
-        repository.setup_network = allowed
-        repository.save()
-
-        run = run_drive_inline(run_id=_submit(workspace, repository).run.id)
+        if allowed:
+            assert setup_ensure(repository=repository, sandbox=box, base_commit=base)
+            assert box.readonly_mounts
+        else:
+            with pytest.raises(SetupFailed, match=r"ConnectionRefused|Network is unreachable"):
+                setup_ensure(repository=repository, sandbox=box, base_commit=base)
     finally:
         listener.close()
-
-    if allowed:
-        assert run.status == Run.Status.COMPLETED, (run.failure_reason, run.failure_detail)
-    else:
-        assert (run.status, run.failure_reason) == (Run.Status.FAILED, "setup_failed")
+    # The agent's own commands never have a network, whatever the setup policy.
+    probe = box.run(
+        ["python3", "-c", f"import socket; socket.create_connection(('127.0.0.1', {port}), 2)"]
+    )
+    assert probe.exit_code != 0
 
 
 def test_the_agents_edits_never_reach_the_cached_environment(workspace, repository, settings):
