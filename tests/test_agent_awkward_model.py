@@ -335,3 +335,45 @@ def test_an_unknown_profile_is_refused_at_submission(workspace, repository):
     assert refused.value.code == "model_profile_unknown"
     assert "no-such-profile" in refused.value.message
     assert not Task.objects.exists()
+
+
+def test_condensation_keeps_a_long_run_under_a_small_window(
+    workspace, repository, monkeypatch, settings
+):
+    """A light version of a 300-turn run (the conversation-level test in test_agent_tools
+    plays 300 turns): 80 turns on an 8,192-token window. Every request stays under the
+    window because older outputs are condensed, and the run still finishes."""
+    window = 8_192
+    settings.MODEL_PROFILES = {
+        **settings.MODEL_PROFILES,
+        "small-window": {
+            "provider": "scripted",
+            "model": "scripted-1",
+            "context_window": window,
+            "max_output_tokens": 512,
+        },
+    }
+    # Fewer, longer steps keep the test quick; the turns and their checkpoints are the same.
+    monkeypatch.setattr("runs.steps.running.TURNS_PER_STEP", 40)
+    read = {"tool_calls": [{"name": "read_file", "arguments": {"path": "calc/core.py"}}]}
+    other = {"tool_calls": [{"name": "read_file", "arguments": {"path": "tests/test_core.py"}}]}
+    turns = [read if n % 2 else other for n in range(79)]
+    script = {"turns": [*turns, {"tool_calls": [{"name": "replace_text", "arguments": FIX}]}]}
+    submission = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Fix add()",
+        model_options={"profile": "small-window", "script": script},
+        budget={"model_turns": 200},
+    )
+
+    run = run_drive_inline(run_id=submission.run.id)
+
+    assert run.status == Run.Status.COMPLETED, (run.failure_reason, run.failure_detail)
+    acting = ModelTurn.objects.filter(run=run, purpose="act")
+    assert acting.count() >= 80
+    assert max(acting.values_list("tokens_in", flat=True)) < window
+    assert run.events.filter(type="agent.context.condensed").count() > 10
+    # Uncondensed, the tool outputs alone would not have fit.
+    outputs = ToolCall.objects.filter(run=run).values_list("result", flat=True)
+    assert sum(len(r.get("output", "")) for r in outputs) // 4 > window
