@@ -479,7 +479,7 @@ class Bench:
         return steps / elapsed, {
             "steps": steps,
             "relay_per_run": counted.get("jobs.outbox_relay", 0) / runs,
-            "consume_per_run": counted.get("jobs.event_consume", 0) / runs,
+            "consume_per_run": counted.get("jobs.work", 0) / runs,
             "connections_per_step": (self.sessions() - sessions) / steps,
             "backlog_at_end": backlog_at_end,
             "drain_seconds": drained,
