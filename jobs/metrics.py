@@ -3,8 +3,8 @@
 Counters and histograms use prometheus-client's multiprocess mode: each process writes
 its values to memory-mapped files in ``PROMETHEUS_MULTIPROC_DIR`` (default
 ``var/metrics``), and a scrape of any web process sums the files of all processes of the
-deployment on that host. The directory must be emptied before the deployment's processes
-start (``manage.py serve`` does; under systemd, ``ExecStartPre``). Every module that
+deployment on that host. Files of processes that are gone are removed when a deployment
+starts (``manage.py serve`` does; under systemd, ``ExecStartPre``). Every module that
 defines metrics imports this one first.
 
 The state gauges (outbox lag and backlog, queue depth, open dead letters, oldest lease,
@@ -14,7 +14,7 @@ active runs) are computed at scrape time by ``agentplatform.metrics_endpoint``.
 from __future__ import annotations
 
 import os
-import shutil
+import re
 from pathlib import Path
 
 from prometheus_client import Counter, Histogram, values
@@ -33,14 +33,27 @@ def multiprocess_dir() -> Path:
     return path
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
 def multiprocess_dir_reset() -> Path:
-    """Empty the directory before a deployment's processes start (dead processes' files)."""
+    """Remove the files of processes that are gone, before a deployment's processes start.
+
+    Files of live processes stay: a second deployment step (or a test's server) sharing
+    the directory must not wipe the counters of processes still writing them.
+    """
     path = multiprocess_dir()
     for child in path.iterdir():
-        if child.is_file() and child.suffix == ".db":
+        found = re.search(r"_(\d+)\.db$", child.name)
+        if child.is_file() and found and not _alive(int(found.group(1))):
             child.unlink(missing_ok=True)
-        elif child.is_dir():
-            shutil.rmtree(child, ignore_errors=True)
     return path
 
 

@@ -234,3 +234,22 @@ def test_two_web_processes_answer_the_same_counters(tmp_path, settings):
         for process, _ in processes:
             os.killpg(process.pid, signal.SIGTERM)
             process.wait(timeout=15)
+
+
+@pytest.mark.no_services
+def test_reset_removes_only_the_files_of_processes_that_are_gone(tmp_path, monkeypatch):
+    from jobs.metrics import multiprocess_dir_reset
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead_pid = int(gone.stdout)
+    (tmp_path / f"counter_{dead_pid}.db").write_bytes(b"x")
+    (tmp_path / f"histogram_{dead_pid}.db").write_bytes(b"x")
+    (tmp_path / f"counter_{os.getpid()}.db").write_bytes(b"x")
+    multiprocess_dir_reset()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"counter_{os.getpid()}.db"]

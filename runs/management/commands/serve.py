@@ -51,7 +51,8 @@ class Command(BaseCommand):
             ],
             "beat": [*celery, "beat", "--loglevel", "INFO"],
         }
-        # The counters of the previous processes' pids would be summed forever.
+        # Files of processes that are gone would be summed forever (live ones stay: a
+        # second stack may share the directory).
         from agentplatform.metrics import multiprocess_dir_reset
 
         multiprocess_dir_reset()
