@@ -341,7 +341,7 @@ def test_condensation_keeps_a_long_run_under_a_small_window(
     workspace, repository, monkeypatch, settings
 ):
     """A light version of a 300-turn run (the conversation-level test in test_agent_tools
-    plays 300 turns): 80 turns on an 8,192-token window. Every request stays under the
+    plays 300 turns): 120 turns on an 8,192-token window. Every request stays under the
     window because older outputs are condensed, and the run still finishes."""
     window = 8_192
     settings.MODEL_PROFILES = {
@@ -357,7 +357,7 @@ def test_condensation_keeps_a_long_run_under_a_small_window(
     monkeypatch.setattr("runs.steps.running.TURNS_PER_STEP", 40)
     read = {"tool_calls": [{"name": "read_file", "arguments": {"path": "calc/core.py"}}]}
     other = {"tool_calls": [{"name": "read_file", "arguments": {"path": "tests/test_core.py"}}]}
-    turns = [read if n % 2 else other for n in range(79)]
+    turns = [read if n % 2 else other for n in range(119)]
     script = {"turns": [*turns, {"tool_calls": [{"name": "replace_text", "arguments": FIX}]}]}
     submission = task_submit(
         workspace=workspace,
@@ -371,7 +371,7 @@ def test_condensation_keeps_a_long_run_under_a_small_window(
 
     assert run.status == Run.Status.COMPLETED, (run.failure_reason, run.failure_detail)
     acting = ModelTurn.objects.filter(run=run, purpose="act")
-    assert acting.count() >= 80
+    assert acting.count() >= 120
     assert max(acting.values_list("tokens_in", flat=True)) < window
     assert run.events.filter(type="agent.context.condensed").count() > 10
     # Uncondensed, the tool outputs alone would not have fit.
