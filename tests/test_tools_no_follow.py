@@ -44,8 +44,9 @@ def hostile_checkout(tmp_path, settings, monkeypatch):
     git_dir = platform_git.repository_fetch(url=str(origin), dest=tmp_path / "platform.git")
     box = LocalSandbox("run-hostile")
     box.create()
-    box.git_dir, box.base_commit = git_dir, platform_git.commit_resolve(git_dir, "origin/main")
-    platform_git.worktree_create(git_dir=git_dir, workdir=box.path, commit=box.base_commit)
+    box.git_dir = git_dir
+    base = platform_git.commit_resolve(git_dir, "origin/main")
+    platform_git.worktree_create(git_dir=git_dir, workdir=box.path, commit=base)
     assert (box.path / "pkg" / "env_link").is_symlink()
     return box, other
 

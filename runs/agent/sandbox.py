@@ -139,10 +139,8 @@ class LocalSandbox(Sandbox):
         self.backend = backend or backend_get()
         # Working-copy-relative path -> host directory mounted read-only (setup cache).
         self.readonly_mounts: dict[str, Path] = {}
-        # The platform-owned repository the working copy was made from (platform_git),
-        # and the commit it was made from.
+        # The platform-owned repository the working copy was made from (platform_git).
         self.git_dir: Path | None = None
-        self.base_commit: str | None = None
 
     def exists(self) -> bool:
         return self.path.is_dir()

@@ -38,10 +38,9 @@ def platform_repository(run: Run) -> Path:
     )
 
 
-def _fresh(run: Run, attempt: int, git_dir: Path, base: str) -> LocalSandbox:
+def _fresh(run: Run, attempt: int, git_dir: Path) -> LocalSandbox:
     sandbox = sandbox_for_run(run.id, attempt)
     sandbox.git_dir = git_dir
-    sandbox.base_commit = base
     # Older attempts' directories go: whatever still runs there writes into nothing
     # this attempt reads.
     run_workdirs_remove(run.id, keep=sandbox.path)
@@ -53,7 +52,7 @@ def workspace_clone(*, run: Run, ref: str, attempt: int) -> tuple[LocalSandbox, 
     """A fresh working copy of the run's repository at ``ref``; it and the commit sha."""
     git_dir = platform_repository(run)
     sha = platform_git.commit_resolve(git_dir, ref)
-    sandbox = _fresh(run, attempt, git_dir, sha)
+    sandbox = _fresh(run, attempt, git_dir)
     try:
         platform_git.worktree_create(git_dir=git_dir, workdir=sandbox.path, commit=sha)
     except BaseException:
@@ -67,10 +66,9 @@ def workspace_ensure(*, run: Run, attempt: int, diff: str | None = None) -> Loca
     git_dir = platform_repository(run)
     sandbox = sandbox_for_run(run.id, attempt)
     sandbox.git_dir = git_dir
-    sandbox.base_commit = run.base_commit
     if sandbox.exists() and (sandbox.path / ".git").exists():
         return sandbox
-    sandbox = _fresh(run, attempt, git_dir, run.base_commit)
+    sandbox = _fresh(run, attempt, git_dir)
     try:
         platform_git.worktree_create(
             git_dir=git_dir, workdir=sandbox.path, commit=run.base_commit, diff=diff or ""
