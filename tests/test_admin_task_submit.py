@@ -100,7 +100,7 @@ def test_tasks_are_not_edited_in_the_admin(client: Any, repository: Any) -> None
 def test_a_task_added_in_the_admin_runs_on_a_worker(
     client: Any, repository: Any, start_worker: Any
 ) -> None:
-    start_worker()
+    worker = start_worker()
     _operator_client(client).post(
         "/admin/runs/task/add/", _form(repository, execution_mode="dry_run", risk_level="low")
     )
@@ -110,7 +110,13 @@ def test_a_task_added_in_the_admin_runs_on_a_worker(
         run.refresh_from_db()
         return run if run.status in TERMINAL else None
 
-    wait_for(ended, timeout=90, message="the admin's task to run")
+    try:
+        wait_for(ended, timeout=150, message="the admin's task to run")
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}: run {run.status} step {run.step_no}, task {run.task.status} "
+            f"{run.task.status_reason!r}; worker: {worker.output()[-3000:]}"
+        ) from None
     types = list(run.events.values_list("type", flat=True))
     assert "agent.run.started" in types
     assert run.status_changed_at is not None and run.started_at is not None
