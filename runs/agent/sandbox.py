@@ -296,8 +296,10 @@ def sandbox_orphans_sweep(*, active_run_ids: set[str], min_age_seconds: float = 
     machine that died before cleaning up, or moved to another worker). Scratch
     directories and command logs belong to steps in flight, so only old ones go.
     """
+    from runs.agent.backends.bubblewrap import cgroups_sweep
     from runs.agent.platform_git import platform_repository_root
 
+    cgroups_sweep()
     removed: list[str] = []
     now = time.time()
     git_root = platform_repository_root()

@@ -110,6 +110,25 @@ def pids_cgroup_root() -> Path | None:
     return None
 
 
+def cgroups_sweep(*, min_age_seconds: float = 300) -> int:
+    """Remove the empty per-command cgroups that dead workers left behind; a cgroup
+    still in use cannot be removed (the kernel refuses), so this is always safe."""
+    root = pids_cgroup_root()
+    if root is None:
+        return 0
+    removed = 0
+    now = time.time()
+    for cgroup in root.glob("agentplatform-*"):
+        try:
+            if now - cgroup.stat().st_mtime < min_age_seconds:
+                continue
+            cgroup.rmdir()
+            removed += 1
+        except OSError:
+            continue
+    return removed
+
+
 class BubblewrapBackend(SandboxBackend):
     name = "bubblewrap"
     contains = True
