@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import random
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from runs.agent import platform_git
 from runs.models import Repository
+
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+MAX_ATTEMPTS = 4
 
 
 class GitProviderError(Exception):
@@ -70,3 +78,31 @@ class GitProvider(ABC):
         head_sha: str,
     ) -> PullRequestInfo:
         """Find the PR for ``branch`` or open it; never opens a second one."""
+
+
+def api_request(
+    client: httpx.Client,
+    method: str,
+    path: str,
+    *,
+    service: str,
+    backoff_seconds: float,
+    **kwargs: Any,
+) -> httpx.Response:
+    """One call to a git host's REST API; rate limits, 5xx and network trouble are
+    retried with full jitter, and what still fails is a retryable GitProviderError."""
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            response = client.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            if attempt == MAX_ATTEMPTS:
+                raise GitProviderError(f"{service} unreachable: {exc}", retryable=True) from exc
+        else:
+            if response.status_code not in RETRYABLE_STATUS:
+                return response
+            if attempt == MAX_ATTEMPTS:
+                raise GitProviderError(
+                    f"{service} {method} {path}: HTTP {response.status_code}", retryable=True
+                )
+        time.sleep(random.uniform(0, backoff_seconds * 2 ** (attempt - 1)))
+    raise AssertionError("unreachable")

@@ -14,21 +14,22 @@ remote URL and no file.
 from __future__ import annotations
 
 import base64
-import random
 import re
-import time
 from typing import Any
 from urllib.parse import urlparse
 
 import httpx
 from django.conf import settings
 
-from runs.gitproviders.base import GitProvider, GitProviderError, PullRequestInfo
+from runs.gitproviders.base import (
+    GitProvider,
+    GitProviderError,
+    PullRequestInfo,
+    api_request,
+)
 from runs.models import Repository
 
 API_VERSION = "2022-11-28"
-RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
-MAX_ATTEMPTS = 4
 
 
 def github_slug(repository: Repository) -> tuple[str, str]:
@@ -78,22 +79,14 @@ class GitHubProvider(GitProvider):
     def _request(
         self, client: httpx.Client, method: str, path: str, **kwargs: Any
     ) -> httpx.Response:
-        """One API call; rate limits, 5xx and network trouble are retried with jitter."""
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            try:
-                response = client.request(method, path, **kwargs)
-            except httpx.TransportError as exc:
-                if attempt == MAX_ATTEMPTS:
-                    raise GitProviderError(f"GitHub unreachable: {exc}", retryable=True) from exc
-            else:
-                if response.status_code not in RETRYABLE_STATUS:
-                    return response
-                if attempt == MAX_ATTEMPTS:
-                    raise GitProviderError(
-                        f"GitHub {method} {path}: HTTP {response.status_code}", retryable=True
-                    )
-            time.sleep(random.uniform(0, self.backoff_seconds * 2 ** (attempt - 1)))
-        raise AssertionError("unreachable")
+        return api_request(
+            client,
+            method,
+            path,
+            service="GitHub",
+            backoff_seconds=self.backoff_seconds,
+            **kwargs,
+        )
 
     @staticmethod
     def _info(pull: dict[str, Any], head_sha: str, *, created: bool) -> PullRequestInfo:

@@ -12,20 +12,22 @@ reconciled, never a duplicate. The branch is pushed by the platform's own git (s
 from __future__ import annotations
 
 import base64
-import random
 import re
-import time
 from typing import Any
 from urllib.parse import quote, urlparse
 
 import httpx
 from django.conf import settings
 
-from runs.gitproviders.base import GitProvider, GitProviderError, PullRequestInfo
+from runs.gitproviders.base import (
+    RETRYABLE_STATUS,
+    GitProvider,
+    GitProviderError,
+    PullRequestInfo,
+    api_request,
+)
 from runs.models import Repository
 
-RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
-MAX_ATTEMPTS = 4
 DRAFT_PREFIX = "Draft: "
 
 
@@ -71,22 +73,14 @@ class GitLabProvider(GitProvider):
     def _request(
         self, client: httpx.Client, method: str, path: str, **kwargs: Any
     ) -> httpx.Response:
-        """One API call; rate limits, 5xx and network trouble are retried with jitter."""
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            try:
-                response = client.request(method, path, **kwargs)
-            except httpx.TransportError as exc:
-                if attempt == MAX_ATTEMPTS:
-                    raise GitProviderError(f"GitLab unreachable: {exc}", retryable=True) from exc
-            else:
-                if response.status_code not in RETRYABLE_STATUS:
-                    return response
-                if attempt == MAX_ATTEMPTS:
-                    raise GitProviderError(
-                        f"GitLab {method} {path}: HTTP {response.status_code}", retryable=True
-                    )
-            time.sleep(random.uniform(0, self.backoff_seconds * 2 ** (attempt - 1)))
-        raise AssertionError("unreachable")
+        return api_request(
+            client,
+            method,
+            path,
+            service="GitLab",
+            backoff_seconds=self.backoff_seconds,
+            **kwargs,
+        )
 
     @staticmethod
     def _raise_for(response: httpx.Response, doing: str) -> None:
