@@ -185,8 +185,13 @@ def task_submit(
         raise CommandRefused("repository_not_in_workspace", "repository is not in this workspace")
     if not instruction.strip():
         raise CommandRefused("instruction_empty", "instruction must not be empty")
-    profile = (model_options or {}).get("profile") or (model_options or {}).get("provider")
-    if profile is not None:
+    profile = (
+        (model_options or {}).get("profile")
+        or (model_options or {}).get("provider")
+        or repository.model_profile
+        or workspace.model_profile
+    )
+    if profile:
         from runs.agent.profiles import ProfileError, profile_get
 
         try:

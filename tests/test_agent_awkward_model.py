@@ -334,7 +334,35 @@ def test_an_unknown_profile_is_refused_at_submission(workspace, repository):
 
     assert refused.value.code == "model_profile_unknown"
     assert "no-such-profile" in refused.value.message
+    repository.model_profile = "gone-profile"
+    repository.save(update_fields=["model_profile"])
+    with pytest.raises(CommandRefused, match="gone-profile"):
+        task_submit(workspace=workspace, repository=repository, instruction="Fix add()")
     assert not Task.objects.exists()
+
+
+def test_the_repository_profile_is_used_when_the_task_names_none(workspace, repository, settings):
+    from runs.agent.profiles import profile_name_for
+
+    settings.MODEL_PROFILES = {**settings.MODEL_PROFILES, "repo-default": {"provider": "scripted"}}
+    workspace.model_profile = "openai"
+    workspace.save(update_fields=["model_profile"])
+    repository.model_profile = "repo-default"
+    repository.save(update_fields=["model_profile"])
+    task = task_submit(workspace=workspace, repository=repository, instruction="Fix add()").task
+    named = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Fix add() again",
+        model_options={"profile": "scripted"},
+    ).task
+
+    assert profile_name_for(task) == "repo-default"
+    assert profile_name_for(named) == "scripted"
+    repository.model_profile = ""
+    repository.save(update_fields=["model_profile"])
+    task.refresh_from_db()
+    assert profile_name_for(task) == "openai"
 
 
 def test_condensation_keeps_a_long_run_under_a_small_window(
