@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 WEBHOOK_SECRET = "chaos-webhook-secret"
 GITHUB_TOKEN = "ghp_" + "c" * 36
 LEASE_SECONDS = 5
+# A claimed unit of work (a webhook, a consumer delivery) of a killed worker is retried
+# when this lease runs out; the deployment default (300 s) is sized for slow handlers.
+WORK_LEASE_SECONDS = 20
 STALL_SECONDS = 10
 # Settings the children inherit from the caller's environment that would point them at
 # someone else's services.
@@ -77,6 +80,7 @@ class Stack:
             "LOCAL_REPOSITORY_ROOTS": str(self.root),
             "RUN_LEASE_SECONDS": str(LEASE_SECONDS),
             "RUN_STALL_SECONDS": str(STALL_SECONDS),
+            "WORK_LEASE_SECONDS": str(WORK_LEASE_SECONDS),
             "GITHUB_API_URL": self.github.url,
             "GITHUB_TOKEN": GITHUB_TOKEN,
             "GITHUB_WEBHOOK_SECRET": WEBHOOK_SECRET,
