@@ -253,3 +253,34 @@ def test_reset_removes_only_the_files_of_processes_that_are_gone(tmp_path, monke
     (tmp_path / f"counter_{os.getpid()}.db").write_bytes(b"x")
     multiprocess_dir_reset()
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"counter_{os.getpid()}.db"]
+
+
+def test_committed_events_move_their_counters_and_rolled_back_ones_do_not(client, workspace):
+    from django.db import transaction
+
+    from runs.timeline import PendingEvent, events_record
+    from tests.factories import TaskFactory
+
+    task = TaskFactory(workspace=workspace)
+    run = Run.objects.create(task=task, run_no=1)
+    events = [
+        PendingEvent("agent.verification.failed", {"outcome": "tests_failed", "attempt_no": 1}),
+        PendingEvent("agent.verification.errored", {"attempt_no": 2}),
+        PendingEvent("agent.judge.completed", {"verdict": "approve"}),
+        PendingEvent("agent.tool.call.denied", {"tool": "run_command", "tool_call_id": "c1"}),
+    ]
+    before = scrape(client)
+    with transaction.atomic():
+        events_record(task=task, run=run, events=events)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        events_record(task=task, run=run, events=events)
+        raise RuntimeError("the step lost its lease")
+    after = scrape(client)
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("agent_verification_failures_total", category="tests_failed") == 1
+    assert moved("agent_verification_failures_total", category="errored") == 1
+    assert moved("agent_judge_verdicts_total", verdict="approve") == 1
+    assert moved("agent_tool_calls_total", tool="run_command", status="denied") == 1
