@@ -92,9 +92,13 @@ def _serve_env() -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def served(django_db_setup: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """``make serve`` (after ``make setup``'s collectstatic) on a free port."""
+    """``make serve`` (after ``make setup``'s collectstatic) on a free port.
+
+    One stack per module: its worker would take other tests' messages from the shared
+    test broker, and its beat would hold the leader lock other tests' beats wait for.
+    """
     env = _serve_env()
     manage = [sys.executable, "manage.py"]
     subprocess.run(
