@@ -223,6 +223,8 @@ def work_sweep(*, limit: int | None = None) -> SweepReport:
     limit = limit or settings.WORK_SWEEP_LIMIT
     now = timezone.now()
     base = timedelta(seconds=settings.WORK_REWAKE_SECONDS)
+    # The lock covers the sends and their woken_at: a second sweep meanwhile skips
+    # instead of re-sending the same items.
     with sweep_lock("work") as held:
         if not held:
             report.skipped = True
@@ -235,16 +237,17 @@ def work_sweep(*, limit: int | None = None) -> SweepReport:
             .order_by("due_at")
             .values_list("pk", "queue", "woken_at", "wakes", "created_at")[: limit * 4]
         )
-    due: list[tuple[int, str]] = []
-    for pk, queue, woken_at, wakes, created_at in candidates:
-        since = woken_at or created_at
-        if now - since >= timedelta(seconds=_rewake_after(wakes)):
-            due.append((pk, queue))
-        if len(due) >= limit:
-            break
-    report.overdue = len(due)
+        due: list[tuple[int, str]] = []
+        for pk, queue, woken_at, wakes, created_at in candidates:
+            since = woken_at or created_at
+            if now - since >= timedelta(seconds=_rewake_after(wakes)):
+                due.append((pk, queue))
+            if len(due) >= limit:
+                break
+        report.overdue = len(due)
+        if due:
+            report.woken = work_wake(due)
     if due:
-        report.woken = work_wake(due)
         log.warning("work.swept", woken=report.woken, overdue=report.overdue)
     return report
 

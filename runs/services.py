@@ -681,6 +681,8 @@ def run_recover_stalled(*, stall_after: timedelta, limit: int = 200) -> int:
     now = timezone.now()
     cutoff = now - stall_after
     idle = Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, created_at__lt=cutoff)
+    count = 0
+    # The lock covers the sends and their woken_at: a concurrent sweep skips.
     with sweep_lock("run-stall") as held:
         if not held:
             return 0
@@ -691,20 +693,19 @@ def run_recover_stalled(*, stall_after: timedelta, limit: int = 200) -> int:
             .order_by("woken_at", "created_at")
             .values_list("pk", "step_no", "status", "woken_at", "wakes")[: limit * 4]
         )
-    count = 0
-    for run_id, step_no, status, woken_at, wakes in candidates:
-        wait = min(3600.0, stall_after.total_seconds() * (2 ** min(wakes, 16)))
-        if woken_at is not None and (now - woken_at).total_seconds() < wait:
-            continue
-        try:
-            dispatch.run_wake(run_id=run_id, step_no=step_no, status=status)
-        except Exception:  # the broker is down: the next tick tries again
-            log.warning("run.stall_wake_failed", run_id=str(run_id), exc_info=True)
-            break
-        Run.objects.filter(pk=run_id, step_no=step_no).update(
-            woken_at=timezone.now(), wakes=F("wakes") + 1
-        )
-        count += 1
-        if count >= limit:
-            break
+        for run_id, step_no, status, woken_at, wakes in candidates:
+            wait = min(3600.0, stall_after.total_seconds() * (2 ** min(wakes, 16)))
+            if woken_at is not None and (now - woken_at).total_seconds() < wait:
+                continue
+            try:
+                dispatch.run_wake(run_id=run_id, step_no=step_no, status=status)
+            except Exception:  # the broker is down: the next tick tries again
+                log.warning("run.stall_wake_failed", run_id=str(run_id), exc_info=True)
+                break
+            Run.objects.filter(pk=run_id, step_no=step_no).update(
+                woken_at=timezone.now(), wakes=F("wakes") + 1
+            )
+            count += 1
+            if count >= limit:
+                break
     return count
