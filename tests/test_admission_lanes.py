@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -12,15 +13,20 @@ from django.db import OperationalError, connection, connections, transaction
 from runs import dispatch
 from runs.models import Run, Task
 from runs.services import task_submit
+from runs.state import TERMINAL
 from tests.factories import RepositoryFactory, WorkspaceFactory
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture(autouse=True)
-def no_wakeups(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Nothing steps these runs: the test is about admission.
+def no_wakeups(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # Nothing steps these runs: the test is about admission. They end cancelled, so no
+    # sweep of another process still running against this database picks them up while
+    # the database is flushed.
     monkeypatch.setattr(dispatch, "run_wake", lambda **kwargs: None)
+    yield
+    Run.objects.exclude(status__in=TERMINAL).update(status=Run.Status.CANCELLED)
 
 
 def test_limits_hold_when_many_submit_at_once(settings: Any) -> None:
