@@ -600,6 +600,7 @@ SCENARIOS: dict[str, Callable[[Harness], Result]] = {
 }
 # Inside `make test`: the faults that have found the most (a killed worker, a restarted
 # database, a redelivery storm, forged signatures) in about a minute. The Redis restart
-# stays in `make chaos` only: a worker can still exit on it (kombu closing a channel
-# whose connection is gone), which would make `make test` fail at random until fixed.
+# adds most of a minute more, so it runs in `make chaos`; inside `make test` a real worker
+# rides out a restart of its Redis in test_work_items.py, and the channel teardown that
+# used to make workers exit is tested in test_broker_redis_detached_close.py.
 LIGHT_SCENARIOS = ["worker-kill", "postgres-restart", "webhook-triplicate", "security"]
