@@ -304,6 +304,19 @@ def test_missing_usage_is_estimated_and_flagged(chat_server):
     assert reply.usage.tokens_out >= 1
 
 
+def test_estimates_count_with_the_models_own_tokenizer():
+    from runs.agent.profiles import tokens_estimate
+
+    code = "def add(a, b):\n    return a + b\n"  # 32 bytes, 12 tokens in both vocabularies
+    mixed = "Die Straße ist schön, 東京は晴れ"  # cl100k_base: 13 tokens, o200k_base: 9
+
+    assert tokens_estimate(code, model="gpt-4") == 12
+    assert tokens_estimate(mixed, model="gpt-4") == 13
+    # A dated name uses its family's vocabulary; an unknown model o200k_base.
+    assert tokens_estimate(mixed, model="gpt-4o-2024-08-06") == 9
+    assert tokens_estimate(mixed, model="qwen2.5-coder-32b") == 9
+
+
 def test_profiles_resolve_dated_names_and_keep_explicit_prices(settings):
     from decimal import Decimal
 

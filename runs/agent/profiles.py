@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
-import math
 import re
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -205,11 +204,26 @@ def profile_name_for(task: Any) -> str:
     )
 
 
-def tokens_estimate(payload: Any) -> int:
-    """Tokens of ``payload`` when an endpoint reports no usage.
+@functools.lru_cache(maxsize=64)
+def _encoding_for(model: str) -> Any:
+    # bpe-openai carries its vocabularies inside the package: nothing is downloaded at
+    # run time. A dated name uses its family's tokenizer; a model outside OpenAI's
+    # families is counted with o200k_base, the nearest widely used vocabulary.
+    import bpe_openai
 
-    A BPE tokenizer averages close to four bytes of English or code per token; counting
-    UTF-8 bytes rather than characters keeps non-ASCII text from being undercounted.
+    for name in (model, DATE_SUFFIX.sub("", model)):
+        try:
+            return bpe_openai.get_encoding(bpe_openai.encoding_name_for_model(name))
+        except (bpe_openai.UnsupportedModelError, ValueError, KeyError):
+            continue
+    return bpe_openai.get_encoding("o200k_base")
+
+
+def tokens_estimate(payload: Any, *, model: str = "") -> int:
+    """Tokens of ``payload`` by the model's tokenizer, for an endpoint that reports no usage.
+
+    The payload is counted as the JSON the request carried, which adds a few tokens of
+    punctuation per message: an estimate on the high side, flagged as one on the turn.
     """
     text = payload if isinstance(payload, str) else json.dumps(payload, default=str)
-    return max(1, math.ceil(len(text.encode("utf-8")) / 4))
+    return max(1, len(_encoding_for(model).encode(text)))

@@ -272,8 +272,8 @@ class OpenAIChatProvider(ModelProvider):
         estimated = not usage.get("prompt_tokens") and not usage.get("completion_tokens")
         if estimated:
             # No usage is not free: count what was sent and what came back.
-            tokens_in = tokens_estimate((request or {}).get("messages", []))
-            tokens_out = tokens_estimate(message)
+            tokens_in = tokens_estimate((request or {}).get("messages", []), model=self.model)
+            tokens_out = tokens_estimate(message, model=self.model)
         return ModelReply(
             content=content,
             tool_calls=calls,
