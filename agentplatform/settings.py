@@ -483,6 +483,10 @@ API_THROTTLE_ANON_RATE = _env_value("API_THROTTLE_ANON_RATE", str, "120/minute")
 # Server-Sent Events: keep-alive comment interval, client retry hint, and the size of
 # the per-process async connection pool that all open streams share.
 SSE_KEEPALIVE_SECONDS = _env_value("SSE_KEEPALIVE_SECONDS", float, 15.0)
+# The console's pages that show many runs re-read themselves at most this often.
+CONSOLE_ACTIVITY_MIN_INTERVAL_SECONDS = _env_value(
+    "CONSOLE_ACTIVITY_MIN_INTERVAL_SECONDS", float, 2.0
+)
 SSE_RETRY_MILLISECONDS = _env_value("SSE_RETRY_MILLISECONDS", int, 2000)
 SSE_DB_POOL_SIZE = _env_value("SSE_DB_POOL_SIZE", int, 4)
 

@@ -10,6 +10,7 @@ urlpatterns = [
     path(
         "admin/runs/run/<uuid:pk>/live/", console_stream.console_run_stream, name="ops-run-stream"
     ),
+    path("admin/live/", console_stream.console_activity_stream, name="ops-activity-stream"),
     path("admin/", admin.site.urls),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

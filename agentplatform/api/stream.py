@@ -40,6 +40,10 @@ logger = logging.getLogger("agentplatform.api")
 BATCH = 500
 
 
+# Registered under this key, a waiter is woken by every run's announcement.
+ANY_RUN = "*"
+
+
 class RunEventHub:
     """One Redis pub/sub connection per event loop, waking the streams of each run."""
 
@@ -70,6 +74,8 @@ class RunEventHub:
 
     def _wake(self, run_id: str) -> None:
         for event in self._waiters.get(run_id, ()):
+            event.set()
+        for event in self._waiters.get(ANY_RUN, ()):
             event.set()
 
     def _wake_all(self) -> None:
@@ -255,6 +261,37 @@ async def run_events_stream(
                 yield ": keep-alive\n\n"
     finally:
         resources.hub.unregister(str(run_id), wake)
+
+
+async def activity_stream(*, keepalive: float, min_interval: float) -> AsyncIterator[str]:
+    """Yield one ``changed`` frame whenever any run announced events, at most one per
+    ``min_interval`` seconds; a page that shows many runs re-reads itself on each.
+
+    Without the hub (embedded mode, Redis away) there is nothing to follow: a frame every
+    few seconds keeps such a page fresh instead.
+    """
+    resources = _resources()
+    hub_ready = False if settings.EMBEDDED else await resources.hub.start()
+    wake = asyncio.Event()
+    resources.hub.register(ANY_RUN, wake)
+    frames = 0
+    wait = keepalive if hub_ready else min(keepalive, 10.0)
+    try:
+        yield f"retry: {settings.SSE_RETRY_MILLISECONDS}\n\n"
+        while True:
+            try:
+                await asyncio.wait_for(wake.wait(), timeout=wait)
+            except TimeoutError:
+                if hub_ready:
+                    yield ": keep-alive\n\n"
+                    continue
+            wake.clear()
+            frames += 1
+            yield f"id: {frames}\nevent: changed\ndata: {{}}\n\n"
+            # Announcements during the pause set ``wake`` again: one frame covers them.
+            await asyncio.sleep(min_interval)
+    finally:
+        resources.hub.unregister(ANY_RUN, wake)
 
 
 def _authenticate_sync(header: str) -> Any:

@@ -1,6 +1,7 @@
 // The live console: re-renders the page's [data-live] sections when something changes.
-// No build step and no dependency: a run page follows the run's event stream (SSE,
-// read with fetch so every named event counts); other pages poll every few seconds.
+// No build step and no dependency: a run page follows the run's event stream, the
+// dashboard the activity stream of all runs (SSE, read with fetch so every named event
+// counts); the workers page polls every few seconds.
 (function () {
   "use strict";
   var root = document.querySelector("[data-live-stream],[data-live-poll]");

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,7 +12,9 @@ import redis
 from django.conf import settings
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.contrib.auth.models import Group
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
+from agentplatform.api.notify import run_events_announce
 from jobs.models import DeadLetter
 from runs.models import Run
 from tests.browser.conftest import SERVED_DB, screenshot
@@ -64,9 +67,23 @@ def test_operator_logs_in_and_opens_the_dashboard(logged_in: Any, served: Any) -
     header = page.locator("#header").evaluate("e => getComputedStyle(e).backgroundColor")
     assert header not in ("rgba(0, 0, 0, 0)", "transparent")
     assert dead.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(255, 235, 238)"
-    # It refreshes itself, in place.
+    # It follows the activity stream: when a run moves, the page re-reads itself in place.
     page.evaluate("window.__sameDocument = true")
-    page.wait_for_selector("#content-main[data-live-updated]", timeout=25_000)
+    DeadLetterFactory()
+    # Nothing announced, nothing re-read: the page follows events, it does not poll.
+    page.wait_for_timeout(11_000)
+    assert dead.locator(".value").inner_text() == "1"
+    two_open = "document.querySelector('[data-metric=\"open-dead-letters\"] .value')"
+    two_open += ".innerText === '2'"
+    for _ in range(25):
+        # Announced again until seen: the page's stream may not be subscribed yet.
+        run_events_announce(run_id=uuid.uuid4(), sequence=1)
+        try:
+            page.wait_for_function(two_open, timeout=1_000)
+            break
+        except PlaywrightTimeoutError:
+            continue
+    assert dead.locator(".value").inner_text() == "2"
     assert page.evaluate("window.__sameDocument") is True
     screenshot(page, "dashboard")
 
