@@ -96,3 +96,6 @@ class RedisTransport(redis.Transport):
 
 
 TRANSPORT_ALIASES.setdefault("fsatomic", "agentplatform.broker:AtomicFilesystemTransport")
+# Every redis:// and rediss:// broker URL of the platform gets the transport above; the
+# URL, and what Celery logs of it, stay as the operator wrote them.
+TRANSPORT_ALIASES["redis"] = TRANSPORT_ALIASES["rediss"] = "agentplatform.broker:RedisTransport"

@@ -184,9 +184,6 @@ else:
     # A message unacknowledged this long is redelivered by Redis; the run lease and the
     # reaper recover crashed steps much sooner, this is only the broker's own net.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
-    if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
-        # kombu's Redis transport, except that a worker survives the restart of its Redis.
-        CELERY_BROKER_TRANSPORT = "agentplatform.broker:RedisTransport"
 
 CELERY_RESULT_BACKEND = "django-db"
 CELERY_RESULT_EXTENDED = True

@@ -34,8 +34,8 @@ def _channels_holding_unacked_messages(connection: Connection, names: list[str])
 
 @pytest.mark.parametrize(
     ("transport", "survives"),
-    [("redis", False), (settings.CELERY_BROKER_TRANSPORT, True)],
-    ids=["kombu-stock", "configured"],
+    [("kombu.transport.redis:Transport", False), ("redis", True)],
+    ids=["kombu-stock", "platform"],
 )
 def test_closing_channels_after_redis_died_does_not_raise(own_redis, transport, survives):
     connection = Connection(own_redis.url, transport=transport)
@@ -63,8 +63,8 @@ def test_closing_channels_after_redis_died_does_not_raise(own_redis, transport, 
 
 @pytest.mark.parametrize(
     ("transport", "survives"),
-    [("redis", False), (settings.CELERY_BROKER_TRANSPORT, True)],
-    ids=["kombu-stock", "configured"],
+    [("kombu.transport.redis:Transport", False), ("redis", True)],
+    ids=["kombu-stock", "platform"],
 )
 def test_acknowledging_after_redis_died_is_a_connection_error(own_redis, transport, survives):
     """A task that finishes after its worker collected the broken connection acks late.
@@ -96,3 +96,5 @@ def test_workers_and_producers_use_the_transport_that_survives():
     assert settings.CELERY_BROKER_URL.startswith("redis://")
     with app.connection_for_write() as connection:
         assert isinstance(connection.transport, RedisTransport)
+        # What the worker logs on connecting names the URL the operator configured.
+        assert connection.as_uri().startswith("redis://")

@@ -49,8 +49,10 @@ def embedded_broker(monkeypatch):
         "store_processed": False,
         "polling_interval": 0.1,
     }
-    monkeypatch.setenv("CELERY_BROKER_URL", "fsatomic://")
+    # Read before the environment changes: Celery's broker_write_url falls back to
+    # CELERY_BROKER_URL from the environment.
     original = (app.conf.broker_write_url, app.conf.broker_transport_options)
+    monkeypatch.setenv("CELERY_BROKER_URL", "fsatomic://")
     app.conf.broker_write_url = "fsatomic://"
     app.conf.broker_transport_options = options
     app._pool = None
