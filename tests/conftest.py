@@ -190,6 +190,22 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     relay_wake_reset()
 
 
+def processes_with(token: str) -> list[int]:
+    """Host pids of live processes whose command line holds ``token``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if token.encode() in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
 def wait_for(
     predicate: Callable[[], Any],
     timeout: float = 60,

@@ -4,32 +4,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
 from runs.agent.sandbox import run_workdirs
 from runs.models import Run, ToolCall
 from runs.services import run_cancel_request, task_submit
-from tests.conftest import wait_for
+from tests.conftest import processes_with, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-def processes_with(token: str) -> list[int]:
-    """Host pids of live processes whose command line holds ``token``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if token.encode() in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 def test_cancel_during_a_long_command_kills_it(workspace, repository, start_worker):

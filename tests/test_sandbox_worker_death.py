@@ -7,7 +7,6 @@ from __future__ import annotations
 import signal
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
@@ -18,23 +17,7 @@ from runs.models import Patch, Run
 from runs.reaper import zombies_reap
 from runs.services import task_submit
 from runs.state import TERMINAL
-from tests.conftest import wait_for
-
-
-def processes_with(token: str) -> list[int]:
-    """Host pids of live processes whose command line holds ``token``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if token.encode() in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
+from tests.conftest import processes_with, wait_for
 
 
 def _ticker(token: str) -> str:
