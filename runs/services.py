@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Max, Q, Sum
+from django.db.models import Count, F, Max, Q, Sum
 from django.utils import timezone
 
 from runs import dispatch
@@ -74,9 +74,21 @@ def admission_check(*, workspace: Workspace, repository: Repository, margin: int
     """
     active = Run.objects.filter(task__workspace=workspace, status__in=ACTIVE)
     if active.count() + margin >= workspace.max_active_runs:
-        return f"workspace at its limit of {workspace.max_active_runs} active runs"
+        return _workspace_full(workspace)
     if active.filter(task__repository=repository).count() + margin >= repository.max_active_runs:
-        return f"repository at its limit of {repository.max_active_runs} active runs"
+        return _repository_full(repository)
+    return _budget_refusal(workspace)
+
+
+def _workspace_full(workspace: Workspace) -> str:
+    return f"workspace at its limit of {workspace.max_active_runs} active runs"
+
+
+def _repository_full(repository: Repository) -> str:
+    return f"repository at its limit of {repository.max_active_runs} active runs"
+
+
+def _budget_refusal(workspace: Workspace) -> str | None:
     if workspace.daily_cost_budget_usd > 0:
         today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
         spent = Run.objects.filter(task__workspace=workspace, created_at__gte=today).aggregate(
@@ -343,29 +355,77 @@ def _idempotent_replay(workspace: Workspace, key: str, fingerprint: str) -> Subm
     return Submission(task=task, run=task.runs.order_by("run_no").first(), created=False)
 
 
-def tasks_readmit(*, limit: int = 50) -> int:
-    """Start runs for deferred tasks that fit now, highest priority and oldest first."""
+def tasks_readmit(*, workspace_id: int | None = None, batch: int = 100) -> int:
+    """Start runs for deferred tasks as far as capacity allows now: per workspace (one, or
+    every workspace with deferred tasks), highest priority and oldest first.
+
+    Each pass holds the workspace's exclusive admission lock, counts its free capacity
+    once and admits up to ``batch`` tasks; passes repeat while a whole batch went in. A
+    task whose repository is full is skipped, not waited behind, and one workspace's
+    queue never hides another's.
+    """
+    if workspace_id is None:
+        workspaces = list(
+            Task.objects.filter(status=Task.Status.DEFERRED)
+            .order_by()
+            .values_list("workspace_id", flat=True)
+            .distinct()
+        )
+    else:
+        workspaces = [workspace_id]
     started = 0
-    candidates = list(
-        Task.objects.filter(status=Task.Status.DEFERRED)
-        .order_by("-priority", "created_at")
-        .values_list("pk", "workspace_id")[:limit]
-    )
-    for task_id, workspace_id in candidates:
-        with transaction.atomic():
-            ws = _lock_workspace(workspace_id)
-            task = Task.objects.select_for_update().select_related("repository").get(pk=task_id)
-            if task.status != Task.Status.DEFERRED:
-                continue
-            if admission_check(workspace=ws, repository=task.repository) is not None:
-                continue
-            # A deferred follow-up carries its feedback into the run it was waiting for.
-            feedback = task.pending_feedback
-            if feedback:
-                Task.objects.filter(pk=task.pk).update(pending_feedback="")
-            _run_start(task=task, feedback=feedback, actor="admission")
-            started += 1
+    for ws_id in workspaces:
+        while True:
+            admitted = _workspace_readmit(ws_id, batch)
+            started += admitted
+            if admitted < batch:
+                break
     return started
+
+
+def _workspace_readmit(workspace_id: int, batch: int) -> int:
+    """One re-admission pass over a workspace's deferred tasks; how many started."""
+    with transaction.atomic():
+        if not Task.objects.filter(workspace_id=workspace_id, status=Task.Status.DEFERRED).exists():
+            return 0
+        ws = _lock_workspace(workspace_id)
+        active = Run.objects.filter(task__workspace=ws, status__in=ACTIVE)
+        room = min(batch, ws.max_active_runs - active.count())
+        if room <= 0 or _budget_refusal(ws) is not None:
+            return 0
+        per_repository = dict(
+            active.order_by()
+            .values_list("task__repository_id")
+            .annotate(n=Count("id"))
+            .values_list("task__repository_id", "n")
+        )
+        full: set[int] = set()
+        admitted = 0
+        while admitted < room:
+            candidates = list(
+                Task.objects.select_for_update(of=("self",))
+                .select_related("repository")
+                .filter(workspace=ws, status=Task.Status.DEFERRED)
+                .exclude(repository_id__in=full)
+                .order_by("-priority", "created_at")[: room - admitted]
+            )
+            if not candidates:
+                break
+            for task in candidates:
+                repository = task.repository
+                if repository.pk in full:
+                    continue
+                if per_repository.get(repository.pk, 0) >= repository.max_active_runs:
+                    full.add(repository.pk)
+                    continue
+                # A deferred follow-up carries its feedback into the run it was waiting for.
+                feedback = task.pending_feedback
+                if feedback:
+                    Task.objects.filter(pk=task.pk).update(pending_feedback="")
+                _run_start(task=task, feedback=feedback, actor="admission")
+                per_repository[repository.pk] = per_repository.get(repository.pk, 0) + 1
+                admitted += 1
+        return admitted
 
 
 # --- commands on runs ------------------------------------------------------------------------
@@ -664,7 +724,8 @@ def run_after_terminal(*, run_id: uuid.UUID | str) -> None:
             else:
                 Task.objects.filter(pk=task.pk).update(pending_feedback="")
                 _run_start(task=task, feedback=feedback, actor="feedback")
-    tasks_readmit()
+    # The run's slot is free: as many deferred tasks of its workspace as now fit start.
+    tasks_readmit(workspace_id=workspace_id)
 
 
 def run_recover_stalled(*, stall_after: timedelta, limit: int = 200) -> int:
