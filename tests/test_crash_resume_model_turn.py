@@ -114,3 +114,7 @@ def test_killed_worker_resumes_without_re_requesting_the_checkpointed_turn(
         last = server.requests[-1]
         assert [m["role"] for m in last["messages"]][-2:] == ["assistant", "tool"]
         assert json.dumps(last).count("call_slow") >= 2
+        # Each request named its turn, and every checkpointed turn was asked exactly once.
+        keys = Counter(h.get("idempotency-key") for h in server.headers)
+        turns = ModelTurn.objects.filter(run=run).values_list("step_no", "turn_no")
+        assert keys == Counter(f"{run.id}:{step}:{turn}" for step, turn in turns), keys

@@ -181,6 +181,23 @@ def test_rate_limit_is_retried_then_succeeds(chat_server):
     assert len(server.requests) == 3
 
 
+def test_every_attempt_names_its_turn_in_an_idempotency_key(chat_server):
+    def respond(body: dict[str, Any], n: int) -> Reply:
+        if n == 1:
+            return 503, {}, b'{"error": {"message": "overloaded"}}'
+        return 200, {}, completion("done")
+
+    server = chat_server(respond)
+    _provider(server, turn_key="4b1e-run:3:2").complete(
+        messages=MESSAGES, tools=[], purpose="plan", turn_index=0
+    )
+    _provider(server).complete(messages=MESSAGES, tools=[], purpose="plan", turn_index=0)
+
+    keys = [h.get("idempotency-key") for h in server.headers]
+    assert keys == ["4b1e-run:3:2", "4b1e-run:3:2", None]
+    assert all("extra_headers" not in r for r in server.requests)
+
+
 def test_persistent_server_errors_are_retryable_model_errors(chat_server):
     server = chat_server(lambda body, n: (500, {}, b'{"error": {"message": "boom"}}'))
 

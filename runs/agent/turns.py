@@ -81,7 +81,9 @@ def turn_obtain(
     ctx.check_cancelled()
     options = {**ctx.task.model_options, "run_no": ctx.run.run_no}
     profile = profile_for(ctx)
-    provider = provider_for_profile(profile, options=options)
+    provider = provider_for_profile(
+        profile, options=options, turn_key=f"{ctx.run.pk}:{ctx.step_no}:{turn_no}"
+    )
     started = time.monotonic()
     try:
         reply = provider.complete(

@@ -13,8 +13,13 @@ if TYPE_CHECKING:
     from runs.agent.profiles import ModelProfile
 
 
-def provider_for_profile(profile: ModelProfile, *, options: dict | None = None) -> ModelProvider:
-    """The provider a model profile describes; its key is read from the named variable."""
+def provider_for_profile(
+    profile: ModelProfile, *, options: dict | None = None, turn_key: str = ""
+) -> ModelProvider:
+    """The provider a model profile describes; its key is read from the named variable.
+
+    ``turn_key`` names the turn asked (``run:step:turn``) to endpoints that take one.
+    """
     options = options or {}
     if profile.provider == "scripted":
         from runs.providers.scripted import ScriptedProvider
@@ -33,6 +38,7 @@ def provider_for_profile(profile: ModelProfile, *, options: dict | None = None) 
             api_key=api_key or "not-needed",
             max_tokens=profile.max_output_tokens,
             text_tool_calls=profile.text_tool_calls,
+            turn_key=turn_key,
         )
     raise ValueError(f"unknown model provider {profile.provider!r} in profile {profile.name!r}")
 

@@ -166,8 +166,13 @@ class OpenAIChatProvider(ModelProvider):
         timeout: float | None = None,
         max_tokens: int | None = None,
         text_tool_calls: bool = False,
+        turn_key: str = "",
     ) -> None:
         self.model = model or settings.OPENAI_DEFAULT_MODEL
+        # Which turn this request answers (``run:step:turn``), sent as Idempotency-Key on
+        # every attempt: an endpoint or proxy that deduplicates can answer a repeat from
+        # its cache, and its logs tie each request to the run's checkpointed turn.
+        self.turn_key = turn_key
         self.max_tokens = max_tokens
         self.text_tool_calls = text_tool_calls
         self.max_retries = settings.OPENAI_MAX_RETRIES if max_retries is None else max_retries
@@ -198,6 +203,8 @@ class OpenAIChatProvider(ModelProvider):
             request["tool_choice"] = "auto"
         if purpose == "judge":
             request["temperature"] = 0
+        if self.turn_key:
+            request["extra_headers"] = {"Idempotency-Key": self.turn_key}
         attempt = 0
         while True:
             attempt += 1
