@@ -24,6 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.db.models import F
+from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
 from agentplatform import observability
@@ -391,22 +392,28 @@ def step_commit(ctx: StepContext, outcome: Outcome) -> str:
             if target != S.COMPLETED:
                 fields["failure_reason"] = outcome.reason or target
                 fields["failure_detail"] = outcome.detail[:5000]
+    events = list(ctx.events)
+    if target is not None:
+        events.append(
+            PendingEvent(
+                "agent.run.status.changed",
+                {"from": source, "to": target, "reason": outcome.reason},
+            )
+        )
+    # The fenced UPDATE also reserves the sequence numbers of the events known by now:
+    # one statement instead of two, under the row lock it takes anyway.
+    reserved = len(events)
+    fields["last_sequence_no"] = F("last_sequence_no") + reserved
     with transaction.atomic():
-        if _fenced(lease).filter(status=source, step_no=lease.step_no).update(**fields) != 1:
+        last = _fenced_update(lease, source, fields)
+        if last is None:
             raise LeaseLost(f"lease on run {run.id} lost before commit")
         for write in ctx._commit_writes:
             write()
         if target is not None and target not in TERMINAL:
             _task_status_follow(ctx.task, source=source, target=target)
-        events = list(ctx.events)
         if target is not None:
             run.status = target
-            events.append(
-                PendingEvent(
-                    "agent.run.status.changed",
-                    {"from": source, "to": target, "reason": outcome.reason},
-                )
-            )
             if target in TERMINAL:
                 events.extend(_terminal_events(ctx, target, outcome))
         next_step = lease.step_no + 1
@@ -415,7 +422,7 @@ def step_commit(ctx: StepContext, outcome: Outcome) -> str:
         # and the live views' wake-ups): it is what the run waits for.
         if status in STEPPABLE and not outcome.wait:
             dispatch.run_wake_on_commit(run_id=run.id, step_no=next_step, status=status)
-        events_record(task=ctx.task, run=run, events=events)
+        events_record(task=ctx.task, run=run, events=events, reserved=(last, reserved))
         if target in TERMINAL:
             transaction.on_commit(lambda: _after_terminal(run.id))
         for action in ctx._after_commit:
@@ -428,6 +435,18 @@ def step_commit(ctx: StepContext, outcome: Outcome) -> str:
         target=target or source,
     )
     return target or source
+
+
+def _fenced_update(lease: Lease, source: str, fields: dict[str, Any]) -> int | None:
+    """The step's fenced UPDATE of its run; the run's ``last_sequence_no`` after it, or
+    None when the lease is no longer this worker's (nothing was written)."""
+    query = _fenced(lease).filter(status=source, step_no=lease.step_no).query.chain(UpdateQuery)
+    query.add_update_values(fields)
+    statement, params = query.get_compiler(connection=connection).as_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(f"{statement} RETURNING last_sequence_no", params)
+        row = cursor.fetchone()
+    return None if row is None else int(row[0])
 
 
 def _terminal_events(ctx: StepContext, target: str, outcome: Outcome) -> list[PendingEvent]:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
+from jobs.models import OutboxEvent
 from runs.engine import (
     LeaseLost,
     Outcome,
@@ -16,6 +18,7 @@ from runs.engine import (
 )
 from runs.models import Run, Task
 from runs.services import run_cancel_request
+from runs.timeline import event_record
 from tests.factories import TaskFactory
 
 pytestmark = pytest.mark.django_db
@@ -110,3 +113,44 @@ def test_each_state_is_passed_through_in_process(run):
         "creating_pr",
         "completed",
     ]
+
+
+def test_a_step_numbers_its_events_after_the_timeline_without_gaps(run):
+    # The fenced UPDATE reserves the numbers of the step's own events and its status
+    # change; a terminal step's closing facts are reserved after them in the same commit.
+    with transaction.atomic():
+        event_record(task=run.task, run=run, type="agent.test.before")
+    lease = lease_acquire(run_id=run.id, step_no=0, owner="w")
+    ctx = StepContext(Run.objects.select_related("task").get(pk=run.pk), lease)
+    ctx.emit("agent.test.one")
+    ctx.emit("agent.test.two")
+    step_commit(ctx, Outcome(to=S.CANCELLED, reason="cancelled"))
+
+    rows = list(run.events.order_by("sequence_no").values_list("sequence_no", "type"))
+    assert [n for n, _ in rows] == list(range(1, len(rows) + 1))
+    assert [t for _, t in rows][:4] == [
+        "agent.test.before",
+        "agent.test.one",
+        "agent.test.two",
+        "agent.run.status.changed",
+    ]
+    assert {t for _, t in rows[4:]} == {"agent.run.cancelled", "agent.task.cancelled"}
+    run.refresh_from_db()
+    assert run.last_sequence_no == len(rows)
+    published = {
+        row.payload["sequence"] for row in OutboxEvent.objects.filter(partition_key=str(run.id))
+    }
+    assert published == {n for n, _ in rows}
+
+
+def test_a_stale_commit_reserves_no_sequence_numbers(run):
+    lease = lease_acquire(run_id=run.id, step_no=0, owner="stalled")
+    Run.objects.filter(pk=run.pk).update(lease_until=timezone.now() - timezone.timedelta(1))
+    assert lease_acquire(run_id=run.id, step_no=0, owner="successor") is not None
+    ctx = StepContext(Run.objects.select_related("task").get(pk=run.pk), lease)
+    ctx.emit("agent.test.never")
+    with pytest.raises(LeaseLost):
+        step_commit(ctx, Outcome(to=S.PREPARING))
+    run.refresh_from_db()
+    assert run.last_sequence_no == 0 and not run.events.exists()
+    assert not OutboxEvent.objects.filter(partition_key=str(run.id)).exists()
