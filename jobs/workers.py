@@ -82,6 +82,15 @@ class WorkerHeartbeater:
         self._thread.start()
 
     def _beat(self) -> None:
+        """One heartbeat on this thread's own persistent connection.
+
+        The connection is kept between beats (a new one every beat was 6 PostgreSQL
+        connections per idle minute and worker). Django's rules retire it: past
+        ``CONN_MAX_AGE``, or unusable after an error (checked before the next use). It
+        is safe across the pool's forks: it belongs to this thread, which a forked pool
+        process does not have, and psycopg never closes a connection inherited by
+        another process (Celery closes the pool process's own ones).
+        """
         try:
             close_old_connections()
             worker_heartbeat_record(
@@ -94,14 +103,16 @@ class WorkerHeartbeater:
             )
         except Exception:  # the next beat tries again; the database may be restarting
             log.warning("worker.heartbeat_failed", worker=self.name, exc_info=True)
-        finally:
-            # The pool forks from this process: hold no connection between beats.
+            # A connection that failed mid-beat is not trusted again.
             connection.close()
 
     def _loop(self) -> None:
-        self._beat()
-        while not self._stop.wait(settings.WORKER_HEARTBEAT_SECONDS):
+        try:
             self._beat()
+            while not self._stop.wait(settings.WORKER_HEARTBEAT_SECONDS):
+                self._beat()
+        finally:
+            connection.close()
 
     def stop(self) -> None:
         self._stop.set()
