@@ -496,6 +496,24 @@ class Bench:
         wait_for(lambda: int(self.redis.get("bench:raw:done") or 0) >= tasks, 300, "raw tasks")
         return tasks / (time.time() - started)
 
+    def raw_chain_rep(self, chains: int, length: int) -> float:
+        """Chains of ``length`` no-op tasks, all submitted at once: chains finished per second."""
+        from celery import chain
+
+        from bench.rawapp import noop
+
+        self.redis.set("bench:raw:done", 0)
+        started = time.time()
+        with noop.app.producer_or_acquire() as producer:
+            for _ in range(chains):
+                chain(*[noop.si() for _ in range(length)]).apply_async(producer=producer)
+        wait_for(
+            lambda: int(self.redis.get("bench:raw:done") or 0) >= chains * length,
+            300,
+            "raw chains",
+        )
+        return chains / (time.time() - started)
+
     # 1, 9, 10: step throughput, relay cost per run, connections per step
 
     def m_steps(self) -> None:
@@ -504,6 +522,7 @@ class Bench:
         worker = self.worker(2)
         raw = self.raw_worker(2)
         rates, raw_rates, extras = [], [], []
+        run_rates, chain_rates, length = [], [], 8
         self.steps_rep(2)  # warm both processes' connections and imports
         self.raw_rep(20)
         for _ in range(self.reps):
@@ -511,6 +530,11 @@ class Bench:
             rates.append(rate)
             extras.append(extra)
             raw_rates.append(self.raw_rep(int(extra["steps"])))
+            # A run is a chain of steps: the same number of runs as raw Celery chains of
+            # as many no-op tasks as a run has steps.
+            run_rates.append(rate * runs / extra["steps"])
+            length = max(1, round(extra["steps"] / runs))
+            chain_rates.append(self.raw_chain_rep(runs, length))
         self.table.add(
             Figure(
                 "1. step throughput (1 worker, -c 2)",
@@ -518,6 +542,16 @@ class Bench:
                 rates,
                 raw_rates,
                 "raw no-op tasks/s",
+                ">= 0.5",
+            )
+        )
+        self.table.add(
+            Figure(
+                f"1. runs/s ({runs} runs of {length} steps)",
+                "runs/s",
+                run_rates,
+                chain_rates,
+                f"raw {length}-task no-op chains/s",
                 ">= 0.5",
             )
         )
