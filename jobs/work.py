@@ -109,6 +109,30 @@ def work_enqueue(
     return item
 
 
+def work_enqueue_new(*, kind: str, key: str, args: dict[str, Any]) -> WorkItem:
+    """Record the work of a cause inserted in this same transaction; woken on commit.
+
+    The cause is new, so no item with its key can exist yet: the row is inserted without
+    the savepoint ``work_enqueue`` needs to survive a duplicate (a conflict here would be
+    a bug, and fails the transaction). Its first wake-up is not recorded either: the
+    sweep measures an unwoken item's wait from its ``created_at``, which is when that
+    wake-up goes, so the record would cost a write per item and change nothing.
+    """
+    spec = work_kind(kind)
+    now = timezone.now()
+    item = WorkItem.objects.create(
+        kind=kind,
+        key=key,
+        args=args,
+        queue=spec.queue,
+        due_at=now,
+        traceparent=tracing.traceparent_current() or "",
+    )
+    pairs = [(item.pk, item.queue)]
+    transaction.on_commit(lambda: work_wake(pairs, record=False))
+    return item
+
+
 def work_enqueue_many(
     *, kind: str, entries: Iterable[tuple[str, dict[str, Any], str]]
 ) -> list[WorkItem]:
@@ -163,11 +187,12 @@ def work_wake_on_commit(items: list[WorkItem]) -> None:
         transaction.on_commit(lambda: work_wake(pairs))
 
 
-def work_wake(pairs: list[tuple[int, str]], *, countdown: float = 0.0) -> int:
+def work_wake(pairs: list[tuple[int, str]], *, countdown: float = 0.0, record: bool = True) -> int:
     """Send one wake-up per item; record it only once the broker took it.
 
     A refused send leaves ``woken_at`` as it was, so the sweep sees the item overdue.
-    Returns how many were sent.
+    ``record=False`` is for the first wake-up of items created just now (see
+    ``work_enqueue_new``). Returns how many were sent.
     """
     from celery import current_app
 
@@ -185,7 +210,7 @@ def work_wake(pairs: list[tuple[int, str]], *, countdown: float = 0.0) -> int:
                 sent.append(pk)
     except Exception:
         log.warning("work.wake_failed", sent=len(sent), unsent=len(pairs) - len(sent))
-    if sent:
+    if sent and record:
         due = timezone.now() + timedelta(seconds=countdown)
         try:
             WorkItem.objects.filter(pk__in=sent).update(woken_at=due, wakes=F("wakes") + 1)

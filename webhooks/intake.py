@@ -194,17 +194,20 @@ def headers_storable(headers: Mapping[str, str]) -> dict[str, str]:
 WORK_KIND = "webhook.process"
 
 
-def receipt_work_enqueue(receipt_id: int, *, reopen: bool = False) -> None:
+def receipt_work_enqueue(receipt_id: int, *, reopen: bool = False, new: bool = False) -> None:
     """Record the receipt's processing as a work item (inside the receipt's transaction).
 
     The row, not the message, is the promise: a refused or lost wake-up is re-sent by
-    the work sweep, so an accepted delivery is always processed.
+    the work sweep, so an accepted delivery is always processed. ``new``: the receipt
+    was inserted in this transaction, so its item cannot exist yet (the intake's path).
     """
-    from jobs.work import work_enqueue
+    from jobs.work import work_enqueue, work_enqueue_new
 
-    work_enqueue(
-        kind=WORK_KIND, key=str(receipt_id), args={"receipt_id": receipt_id}, reopen=reopen
-    )
+    args = {"receipt_id": receipt_id}
+    if new:
+        work_enqueue_new(kind=WORK_KIND, key=str(receipt_id), args=args)
+    else:
+        work_enqueue(kind=WORK_KIND, key=str(receipt_id), args=args, reopen=reopen)
 
 
 def webhook_receipt_record(
@@ -250,7 +253,7 @@ def webhook_receipt_record(
                 size_bytes=size_bytes,
                 intake_ms=int((time.monotonic() - started) * 1000),
             )
-            receipt_work_enqueue(receipt.pk)
+            receipt_work_enqueue(receipt.pk, new=True)
     except IntegrityError:
         existing = (
             WebhookReceipt.objects.filter(
