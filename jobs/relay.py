@@ -18,8 +18,9 @@ Any number of relays may run at once:
 
 Sinks, per event: the Redis Stream ``settings.EVENT_STREAM_NAME`` (CloudEvents JSON,
 ``XADD ... MAXLEN ~``), a Redis pub/sub wake-up on ``agent.run.<run id>`` for live
-timelines, and the in-app consumers and workspace HTTP subscriptions: one work item per
-consumer or subscription and event, written with the published mark (see jobs.work).
+timelines, and the in-app consumers and workspace HTTP subscriptions: work items written
+with the published mark (see jobs.work), one per consumer and batch of events, one per
+subscription and event.
 """
 
 from __future__ import annotations
@@ -244,34 +245,45 @@ class Deliveries:
                 by_workspace[sub.workspace_id].append(sub)
         return cls(subscriptions=dict(by_workspace))
 
-    def work_for(self, row: OutboxEvent) -> dict[str, list[tuple[str, dict[str, Any], str]]]:
-        """The row's consumer and subscription work items by kind: (key, args, trace)."""
-        from jobs.consumers import consumers_for
+    def work_for(self, rows: list[OutboxEvent]) -> dict[str, list[tuple[str, dict[str, Any], str]]]:
+        """The rows' work items by kind: (key, args, trace).
 
-        event_id = str(row.event_id)
-        trace = str(row.payload.get("traceparent") or "")
+        In-app consumers get one item per consumer and up to ``CONSUME_BATCH`` events (in
+        id order, so in commit order per partition); a batch costs one wake-up and one
+        claim instead of one per event. HTTP subscriptions get one item per event.
+        """
+        from jobs.consumers import CONSUME_BATCH, consume_key, consumers_for
+
         work: dict[str, list[tuple[str, dict[str, Any], str]]] = {
             "event.consume": [],
             "subscription.deliver": [],
         }
-        for consumer in consumers_for(row.type):
-            work["event.consume"].append(
-                (
-                    f"{consumer.name}:{event_id}",
-                    {"consumer": consumer.name, "event_id": event_id},
-                    trace,
-                )
-            )
-        workspace = row.payload.get("workspaceid")
-        for sub in self.subscriptions.get(int(workspace), []) if workspace else []:
-            if sub.wants(row.type):
-                work["subscription.deliver"].append(
-                    (
-                        f"{sub.pk}:{event_id}",
-                        {"subscription_id": sub.pk, "event_id": event_id},
-                        trace,
+        by_consumer: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for row in rows:
+            event_id = str(row.event_id)
+            trace = str(row.payload.get("traceparent") or "")
+            for consumer in consumers_for(row.type):
+                by_consumer[consumer.name].append((event_id, trace))
+            workspace = row.payload.get("workspaceid")
+            for sub in self.subscriptions.get(int(workspace), []) if workspace else []:
+                if sub.wants(row.type):
+                    work["subscription.deliver"].append(
+                        (
+                            f"{sub.pk}:{event_id}",
+                            {"subscription_id": sub.pk, "event_id": event_id},
+                            trace,
+                        )
                     )
+        for name, events in by_consumer.items():
+            for start in range(0, len(events), CONSUME_BATCH):
+                chunk = events[start : start + CONSUME_BATCH]
+                ids = [event_id for event_id, _ in chunk]
+                args: dict[str, Any] = (
+                    {"consumer": name, "event_id": ids[0]}
+                    if len(ids) == 1
+                    else {"consumer": name, "event_ids": ids}
                 )
+                work["event.consume"].append((consume_key(name, ids), args, chunk[0][1]))
         return work
 
 
@@ -382,17 +394,14 @@ def _publish(
     deliveries = Deliveries.for_rows(rows)
     published: list[OutboxEvent] = []
     failed: dict[str, tuple[OutboxEvent, Exception]] = {}
-    work: dict[str, list[tuple[str, dict[str, Any], str]]] = defaultdict(list)
     for row, stream_error in zip(rows, stream_results, strict=True):
         if row.partition_key in failed:
             continue
         if stream_error is not None:
             failed[row.partition_key] = (row, stream_error)
             continue
-        for kind, entries in deliveries.work_for(row).items():
-            work[kind].extend(entries)
         published.append(row)
-    for kind, entries in work.items():
+    for kind, entries in deliveries.work_for(published).items():
         work_enqueue_many(kind=kind, entries=entries)
     return published, list(failed.values())
 

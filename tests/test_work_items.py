@@ -51,21 +51,28 @@ SLOW = Consumer(name="slow", types=("agent.model.turn.completed",), handle=slow)
 KILLER = Consumer(name="killer", types=("agent.model.turn.completed",), handle=killer)
 
 
-def _turns(workspace, count: int) -> list[str]:
+def _turns(workspace, count: int, *, one_batch_each: bool = False) -> list[str]:
+    """Record ``count`` model turns in one commit; ``one_batch_each``: one commit and one
+    relay batch per turn, so each consumer gets one work item (one message) per event."""
     task = TaskFactory(workspace=workspace)
     run = Run.objects.create(task=task, run_no=1)
-    with transaction.atomic():
-        events_record(
-            task=task,
-            run=run,
-            events=[
-                PendingEvent(
-                    "agent.model.turn.completed",
-                    {"turn_no": n, "tokens_in": 1, "tokens_out": 1, "cost_usd": "0.01"},
-                )
-                for n in range(1, count + 1)
-            ],
+    turns = [
+        PendingEvent(
+            "agent.model.turn.completed",
+            {"turn_no": n, "tokens_in": 1, "tokens_out": 1, "cost_usd": "0.01"},
         )
+        for n in range(1, count + 1)
+    ]
+    for group in [[t] for t in turns] if one_batch_each else [turns]:
+        with transaction.atomic():
+            events_record(task=task, run=run, events=group)
+        if one_batch_each:
+            outbox_drain()
+            # A worker's relay may hold the row: wait until it is published either way.
+            wait_for(
+                lambda: not OutboxEvent.objects.filter(published_at__isnull=True).exists(),
+                message="turn published",
+            )
     return [
         str(e)
         for e in OutboxEvent.objects.filter(type="agent.model.turn.completed").values_list(
@@ -129,7 +136,7 @@ def test_consumer_backlog_survives_a_restart_of_its_redis_and_so_does_the_worker
     monkeypatch.setenv("WORK_LEASE_SECONDS", "30")
     broker_at(own_redis.url)
     worker = start_worker("events", queues="events", concurrency=1)
-    event_ids = _turns(workspace, 8)
+    event_ids = _turns(workspace, 8, one_batch_each=True)
     outbox_drain()
     items = WorkItem.objects.filter(kind="event.consume")
     assert items.count() == 16
@@ -231,8 +238,7 @@ def test_sweep_does_not_multiply_wakeups_of_a_backlog(workspace, monkeypatch, ow
     broker_at(own_redis.url)
     stream = f"test_work.{uuid.uuid4().hex}"
     monkeypatch.setenv("EVENT_STREAM_NAME", stream)
-    _turns(workspace, 5)
-    outbox_drain()  # five wake-ups sent on commit
+    _turns(workspace, 5, one_batch_each=True)  # five wake-ups sent on commit
     sent = [work_sweep().woken for _ in range(5)]
     assert sent == [0, 0, 0, 0, 0]  # all were just woken: nothing is overdue yet
     WorkItem.objects.update(woken_at=WorkItem.objects.first().created_at.replace(year=2000))

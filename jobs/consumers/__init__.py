@@ -115,17 +115,96 @@ def processed_claim(*, consumer: str, event_id: str) -> bool:
         return cursor.fetchone() is not None
 
 
-def event_consume(*, consumer: str, event_id: str) -> str:
-    """Let ``consumer`` handle the event once; returns processed, duplicate or missing."""
+# Events one consumer work item carries at most: the relay writes one item per consumer
+# and batch instead of one per event, and the item's lease must outlast its handlers.
+CONSUME_BATCH = 100
+
+
+def consume_key(consumer: str, event_ids: list[str]) -> str:
+    """The work item key of a consumer's delivery: one event, or a batch named by its first.
+
+    The two shapes never collide, so a batch can hand its events to single-event items.
+    """
+    if len(event_ids) == 1:
+        return f"{consumer}:{event_ids[0]}"
+    return f"{consumer}:batch:{event_ids[0]}:{len(event_ids)}"
+
+
+def event_consume(
+    *, consumer: str, event_id: str | None = None, event_ids: list[str] | None = None
+) -> str:
+    """Let ``consumer`` handle each event once, in the order given.
+
+    One event: processed, duplicate or missing. A batch (``event_ids``): the events are
+    handled one after another, each in its own transaction with its receipt, so events
+    done before a failure stay done. The first event that raises is handed, with the
+    events after it, to single-event work items: each then retries (and, if it must,
+    is dead-lettered) on its own, and the batch is finished ("split").
+    """
     spec = consumers_registered().get(consumer)
     if spec is None:
         raise PermanentConsumerError(f"no consumer named {consumer!r}")
-    if ProcessedEvent.objects.filter(consumer=consumer, event_id=event_id).exists():
-        metrics.consumer_events.labels(consumer, "duplicate").inc()
-        return "duplicate"
-    payload = (
-        OutboxEvent.objects.filter(event_id=event_id).values_list("payload", flat=True).first()
-    )
+    if event_id is not None:
+        return _consume_one(spec, event_id)
+    ids = [str(e) for e in event_ids or []]
+    done = {
+        str(e)
+        for e in ProcessedEvent.objects.filter(consumer=consumer, event_id__in=ids).values_list(
+            "event_id", flat=True
+        )
+    }
+    payloads = {
+        str(e): payload
+        for e, payload in OutboxEvent.objects.filter(
+            event_id__in=[e for e in ids if e not in done]
+        ).values_list("event_id", "payload")
+    }
+    for index, current in enumerate(ids):
+        if current in done:
+            metrics.consumer_events.labels(consumer, "duplicate").inc()
+            continue
+        try:
+            _consume_one(spec, current, payload=payloads.get(current))
+        except Exception as exc:
+            _split(spec, failed=current, rest=[e for e in ids[index + 1 :] if e not in done])
+            log.warning(
+                "consumer.batch_split",
+                consumer=consumer,
+                event_id=current,
+                remaining=len(ids) - index,
+                error=f"{type(exc).__name__}: {exc}"[:300],
+            )
+            return "split"
+    return "processed"
+
+
+def _split(spec: Consumer, *, failed: str, rest: list[str]) -> None:
+    """Single-event work items for a failed event (after the retry delay) and the rest."""
+    from jobs.work import work_enqueue, work_kind
+
+    retry = work_kind("event.consume").retry_base_seconds
+    with transaction.atomic():
+        for current, delay in [(failed, retry), *((e, 0.0) for e in rest)]:
+            work_enqueue(
+                kind="event.consume",
+                key=consume_key(spec.name, [current]),
+                args={"consumer": spec.name, "event_id": current},
+                delay=delay,
+            )
+
+
+_UNREAD = object()
+
+
+def _consume_one(spec: Consumer, event_id: str, *, payload: Any = _UNREAD) -> str:
+    consumer = spec.name
+    if payload is _UNREAD:
+        if ProcessedEvent.objects.filter(consumer=consumer, event_id=event_id).exists():
+            metrics.consumer_events.labels(consumer, "duplicate").inc()
+            return "duplicate"
+        payload = (
+            OutboxEvent.objects.filter(event_id=event_id).values_list("payload", flat=True).first()
+        )
     if payload is None:
         # The outbox row was pruned: nothing left to act on.
         log.warning("consumer.event_missing", consumer=consumer, event_id=event_id)
