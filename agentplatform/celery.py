@@ -105,9 +105,17 @@ def _database_connections_tidy(sender: Any = None, **kwargs: Any) -> None:
     """
     if getattr(getattr(sender, "request", None), "is_eager", False):
         return
-    from django.db import close_old_connections
+    from django.db import close_old_connections, connection
 
     close_old_connections()
+    if getattr(sender, "name", "") in _CHECKS_OWN_CONNECTION and connection.connection is not None:
+        # Skips the health check (a ``SELECT 1`` round trip before every step): the
+        # step's first statement, the lease, replaces a dead connection and runs again.
+        connection.health_check_done = True  # type: ignore[attr-defined]
+
+
+# Tasks whose first statement replaces a dead connection itself (runs.engine's lease).
+_CHECKS_OWN_CONNECTION = frozenset({"runs.step"})
 
 
 @signals.worker_process_init.connect

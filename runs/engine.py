@@ -22,7 +22,13 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.db.models import F
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
@@ -30,7 +36,7 @@ from django.utils import timezone
 from agentplatform import observability
 from runs import dispatch
 from runs.logs import log
-from runs.models import PullRequest, Run, Task
+from runs.models import Approval, PullRequest, Repository, Run, Task, Workspace
 from runs.state import ACTIVE, STEPPABLE, TERMINAL, transition_check
 from runs.timeline import PendingEvent, events_record
 
@@ -108,46 +114,153 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def lease_acquire(*, run_id: uuid.UUID | str, step_no: int, owner: str) -> Lease | None:
-    """Take the run's lease for ``step_no``; None if the message is stale or the run busy."""
+def _lease_update(*, run_id: uuid.UUID | str, step_no: int, owner: str) -> tuple[str, list[Any]]:
+    """The conditional UPDATE that takes a run's lease for ``step_no`` (no RETURNING)."""
     now = timezone.now()
     table = Run._meta.db_table
     active = sorted(ACTIVE)
-    # One statement takes the lease and returns the new fencing token: the step's wake-up
-    # latency is mostly round trips to the database.
+    statement = (
+        f"UPDATE {table} SET lease_owner = %s, lease_until = %s, heartbeat_at = %s, "  # noqa: S608 - table name is ours
+        "attempt = attempt + 1, wakes = 0 "
+        f"WHERE id = %s AND step_no = %s AND status IN ({', '.join(['%s'] * len(active))}) "
+        # A retry of this very attempt (same owner) may take back a lease it could
+        # not release, e.g. when the database went away mid-step.
+        "AND (lease_until IS NULL OR lease_until < %s OR lease_owner = %s)"
+    )
+    params = [
+        owner,
+        now + timedelta(seconds=settings.RUN_LEASE_SECONDS),
+        now,
+        uuid.UUID(str(run_id)).hex if connection.vendor == "sqlite" else run_id,
+        step_no,
+        *active,
+        now,
+        owner,
+    ]
+    return statement, params
+
+
+def _relaxed_prefix() -> str:
     # The lease need not wait for its own disk flush: the step's commit flushes it (WAL
     # is written in order), and if PostgreSQL crashes before that, the lease and the
     # step are lost together and the fenced commit refuses. Sent in the same round trip
     # (one implicit transaction); only outside a caller's transaction, whose commit must
     # stay synchronous.
-    relaxed = connection.vendor == "postgresql" and not connection.in_atomic_block
-    prefix = "SET LOCAL synchronous_commit TO OFF; " if relaxed else ""
+    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+        return "SET LOCAL synchronous_commit TO OFF; "
+    return ""
+
+
+def lease_acquire(*, run_id: uuid.UUID | str, step_no: int, owner: str) -> Lease | None:
+    """Take the run's lease for ``step_no``; None if the message is stale or the run busy."""
+    statement, params = _lease_update(run_id=run_id, step_no=step_no, owner=owner)
+    prefix = _relaxed_prefix()
+    # One statement takes the lease and returns the new fencing token: the step's wake-up
+    # latency is mostly round trips to the database.
     with connection.cursor() as cursor:
-        cursor.execute(
-            prefix + f"UPDATE {table} SET lease_owner = %s, lease_until = %s, heartbeat_at = %s, "  # noqa: S608 - table name is ours
-            "attempt = attempt + 1, wakes = 0 "
-            f"WHERE id = %s AND step_no = %s AND status IN ({', '.join(['%s'] * len(active))}) "
-            # A retry of this very attempt (same owner) may take back a lease it could
-            # not release, e.g. when the database went away mid-step.
-            "AND (lease_until IS NULL OR lease_until < %s OR lease_owner = %s) "
-            "RETURNING attempt",
-            [
-                owner,
-                now + timedelta(seconds=settings.RUN_LEASE_SECONDS),
-                now,
-                uuid.UUID(str(run_id)).hex if connection.vendor == "sqlite" else run_id,
-                step_no,
-                *active,
-                now,
-                owner,
-            ],
-        )
-        if relaxed:
+        cursor.execute(f"{prefix}{statement} RETURNING attempt", params)
+        if prefix:
             cursor.nextset()  # past the SET's (empty) result
         row = cursor.fetchone()
     if row is None:
         return None
     return Lease(run_id=uuid.UUID(str(run_id)), owner=owner, attempt=row[0], step_no=step_no)
+
+
+# What a step loads with its lease: the run, its task, and the task's repository and
+# workspace (as ``select_related("task__repository", "task__workspace")`` would).
+_LOADED: tuple[tuple[type[Any], str], ...] = (
+    (Run, "leased"),
+    (Task, "t"),
+    (Repository, "r"),
+    (Workspace, "w"),
+)
+
+
+def _instance(model: type[Any], values: Any) -> Any:
+    """A model instance from raw column values, through the fields' database converters."""
+    fields = model._meta.concrete_fields
+    converted = []
+    for f, value in zip(fields, values, strict=True):
+        for convert in connection.ops.get_db_converters(f) + f.get_db_converters(connection):
+            value = convert(value, f, connection)
+        converted.append(value)
+    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+
+
+def lease_acquire_loaded(
+    *, run_id: uuid.UUID | str, step_no: int, owner: str
+) -> tuple[Lease, Run] | None:
+    """Take the lease (as ``lease_acquire``) and load the run with its task, repository and
+    workspace; None if the message is stale or the run busy.
+
+    On PostgreSQL one statement does both: the UPDATE's RETURNING gives the run's row as
+    the lease left it, joined to the rows the step reads. A refused lease returns no row
+    and loads nothing.
+    """
+    if connection.vendor != "postgresql":
+        lease = lease_acquire(run_id=run_id, step_no=step_no, owner=owner)
+        if lease is None:
+            return None
+        run = Run.objects.select_related("task__repository", "task__workspace").get(pk=run_id)
+        return lease, run
+    kept = connection.connection is not None and not connection.in_atomic_block
+    try:
+        return _lease_acquire_loaded(run_id=run_id, step_no=step_no, owner=owner)
+    except (OperationalError, InterfaceError):
+        if not kept:
+            raise
+    # The kept connection died while idle (PostgreSQL restarted, the backend was
+    # terminated): worker tasks skip Django's per-task health check (a round trip on
+    # every step, see agentplatform.celery), so this first statement is the check. A new
+    # connection, then the statement once more: if the first one did take the lease
+    # before the connection broke, the same owner takes it again.
+    log.info("step.connection_replaced", run_id=str(run_id), step_no=step_no)
+    connection.close()
+    return _lease_acquire_loaded(run_id=run_id, step_no=step_no, owner=owner)
+
+
+def _lease_acquire_loaded(
+    *, run_id: uuid.UUID | str, step_no: int, owner: str
+) -> tuple[Lease, Run] | None:
+    quote = connection.ops.quote_name
+    statement, params = _lease_update(run_id=run_id, step_no=step_no, owner=owner)
+    columns = ", ".join(
+        f"{alias}.{quote(f.column)}"
+        for model, alias in _LOADED
+        for f in model._meta.concrete_fields
+    )
+    prefix = _relaxed_prefix()
+    query = (
+        f"{prefix}WITH leased AS ({statement} RETURNING *) "  # noqa: S608 - names are ours
+        f"SELECT {columns}, EXISTS (SELECT 1 FROM {quote(Approval._meta.db_table)} a "
+        "WHERE a.run_id = leased.id) FROM leased "
+        f"JOIN {quote(Task._meta.db_table)} t ON t.id = leased.task_id "
+        f"JOIN {quote(Repository._meta.db_table)} r ON r.id = t.repository_id "
+        f"JOIN {quote(Workspace._meta.db_table)} w ON w.id = t.workspace_id"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(query, params)
+        if prefix:
+            cursor.nextset()  # past the SET's (empty) result
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    instances = []
+    offset = 0
+    for model, _alias in _LOADED:
+        width = len(model._meta.concrete_fields)
+        instances.append(_instance(model, row[offset : offset + width]))
+        offset += width
+    run, task, repository, workspace = instances
+    # The budget's wall clock leaves out time spent waiting for approvals: a run that
+    # never asked for one (most) needs no query for them (runs.agent.budget).
+    run.approvals_none = not row[offset]
+    Task.repository.field.set_cached_value(task, repository)
+    Task.workspace.field.set_cached_value(task, workspace)
+    Run.task.field.set_cached_value(run, task)
+    lease = Lease(run_id=run.id, owner=owner, attempt=run.attempt, step_no=step_no)
+    return lease, run
 
 
 def _fenced(lease: Lease) -> Any:
@@ -328,10 +441,10 @@ def step_execute(*, run_id: str, step_no: int, owner: str | None = None) -> str:
     Raises on unexpected errors after giving the lease back, so the Celery task retries.
     """
     owner = owner or worker_identity()
-    lease = lease_acquire(run_id=run_id, step_no=step_no, owner=owner)
-    if lease is None:
+    acquired = lease_acquire_loaded(run_id=run_id, step_no=step_no, owner=owner)
+    if acquired is None:
         return "skipped"
-    run = Run.objects.select_related("task__repository", "task__workspace").get(pk=run_id)
+    lease, run = acquired
     observability.step_bind(run, step_no)
     ctx = StepContext(run, lease)
     try:

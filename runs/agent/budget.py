@@ -52,6 +52,10 @@ def run_working_seconds(run: Run, *, now: datetime | None = None) -> float:
     now = now or timezone.now()
     started = run.started_at or run.created_at
     waited = 0.0
+    # Set by the step's lease statement when the run had no approval at the step's start:
+    # only the step's own commit can add one, and that one has not been waited for yet.
+    if getattr(run, "approvals_none", False):
+        return max(0.0, (now - started).total_seconds())
     for requested, decided in Approval.objects.filter(run_id=run.pk).values_list(
         "requested_at", "decided_at"
     ):
