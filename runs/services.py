@@ -289,7 +289,13 @@ def _task_create(
             workspace=ws, repository=repository, margin=0 if exclusive else _lanes()
         )
         if refusal is not None and not exclusive:
-            raise _NearLimit()
+            # Deferring needs no exclusive lock: a task deferred on a count that is
+            # already stale is seen by the re-admission that follows the run's end, which
+            # takes every lane and so waits for this transaction. Only a submission that
+            # might still fit is redone one at a time.
+            refusal = admission_check(workspace=ws, repository=repository)
+            if refusal is None:
+                raise _NearLimit()
         task = Task.objects.create(
             workspace=ws,
             repository=repository,

@@ -84,3 +84,39 @@ def test_a_submission_does_not_wait_for_another_in_flight(settings: Any) -> None
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = 0")
     assert Run.objects.filter(task__workspace=workspace).count() == 2
+
+
+def test_submissions_over_the_limit_are_deferred_side_by_side(settings: Any) -> None:
+    settings.ADMISSION_LANES = 4
+    workspace = WorkspaceFactory(max_active_runs=1)
+    repository = RepositoryFactory(workspace=workspace, max_active_runs=10)
+    task_submit(workspace=workspace, repository=repository, instruction="first")
+    submitted, release = threading.Event(), threading.Event()
+
+    def in_flight() -> None:
+        # A deferred submission whose transaction is still open.
+        try:
+            with transaction.atomic():
+                task_submit(workspace=workspace, repository=repository, instruction="second")
+                submitted.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=in_flight)
+    other.start()
+    try:
+        assert submitted.wait(30)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '3s'")
+        try:
+            third = task_submit(workspace=workspace, repository=repository, instruction="third")
+        except OperationalError as exc:  # deferring one at a time, as a burst would queue
+            pytest.fail(f"a deferral waited for another deferral: {exc}")
+        assert third.status == Task.Status.DEFERRED
+    finally:
+        release.set()
+        other.join(30)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = 0")
+    assert Task.objects.filter(workspace=workspace, status=Task.Status.DEFERRED).count() == 2
