@@ -711,10 +711,24 @@ def task_followup(*, task: Task, feedback: str, by: str) -> Run | None:
 def run_after_terminal(*, run_id: uuid.UUID | str) -> None:
     """After a run ends: start a batched follow-up (if admitted), then let deferred
     tasks in. Runs as a work item recorded with the run's end, so it is never lost."""
-    run = Run.objects.filter(pk=run_id).values_list("task_id", "task__workspace_id").first()
+    run = (
+        Run.objects.filter(pk=run_id)
+        .values_list("task_id", "task__workspace_id", "task__pending_feedback")
+        .first()
+    )
     if run is None:
         return
-    task_id, workspace_id = run
+    task_id, workspace_id, pending = run
+    # Feedback batched while this run was active was committed before the run's end
+    # (both write the task's row), so an empty read here needs no lock to be sure.
+    if pending:
+        _feedback_start(task_id, workspace_id)
+    # The run's slot is free: as many deferred tasks of its workspace as now fit start.
+    tasks_readmit(workspace_id=workspace_id)
+
+
+def _feedback_start(task_id: uuid.UUID, workspace_id: int) -> None:
+    """Start the follow-up batched for a task whose run ended, or defer it."""
     with transaction.atomic():
         ws = _lock_workspace(workspace_id)
         task = Task.objects.select_for_update().select_related("repository").get(pk=task_id)
@@ -730,8 +744,6 @@ def run_after_terminal(*, run_id: uuid.UUID | str) -> None:
             else:
                 Task.objects.filter(pk=task.pk).update(pending_feedback="")
                 _run_start(task=task, feedback=feedback, actor="feedback")
-    # The run's slot is free: as many deferred tasks of its workspace as now fit start.
-    tasks_readmit(workspace_id=workspace_id)
 
 
 def run_recover_stalled(*, stall_after: timedelta, limit: int = 200) -> int:
