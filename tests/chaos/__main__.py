@@ -18,7 +18,7 @@ from dataclasses import asdict, replace
 from tests.chaos.scenarios import FULL, LIGHT, LIGHT_SCENARIOS, SCENARIOS, Harness, Result
 from tests.chaos.stack import FOREIGN, Stack
 
-COLUMNS = ("scenario", "runs", "faults", "lost", "duplicated", "stuck", "max recovery")
+COLUMNS = ("scenario", "runs", "faults", "lost", "duplicated", "stuck", "max recovery", "time")
 
 
 def table(results: list[Result]) -> str:
@@ -31,6 +31,7 @@ def table(results: list[Result]) -> str:
             str(r.duplicated),
             str(r.stuck),
             f"{r.recovery:.1f} s" if r.recovery else "-",
+            f"{r.seconds:.0f} s",
         )
         for r in results
     ]

@@ -6,7 +6,9 @@ local GitHub server that received them) once a scenario's work has drained.
 - at most one pull request per task, and no two tasks sharing a PR number;
 - every consumer side effect exactly once: the cost ledger counts every model turn once,
   and every task from a GitHub issue gets one completion comment;
-- no model turn asked again after it was checkpointed;
+- no model turn asked again after it was checkpointed: every request the model endpoint
+  received names its turn (run:step:turn), and none arrived after that turn's checkpoint
+  committed (PostgreSQL's commit timestamp of the turn's row);
 - no 5xx answer for work that was stored;
 - every failure has a reason code;
 - no process exits unless the harness killed it.
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from tests.chaos.load import Load
+from tests.chaos.modelserver import PROFILE
 
 T = TypeVar("T")
 TASK_TERMINAL = {"completed", "failed", "cancelled", "rejected"}
@@ -55,6 +58,8 @@ class Findings:
     stuck: int = 0
     failed_runs: int = 0
     dead_letters: int = 0
+    model_requests: int = 0
+    model_reasked: int = 0  # requests of a turn before its checkpoint (a killed asker)
     violations: list[str] = field(default_factory=list)
 
     def add(self, kind: str, count: int, evidence: str) -> None:
@@ -273,7 +278,10 @@ def _check(load: Load, exits: list[str]) -> Findings:
     )
     tasks_by_id = {t.pk: t for t in tasks}
     for run in runs:
-        script = (tasks_by_id[run.task_id].model_options or {}).get("script") or {}
+        options = tasks_by_id[run.task_id].model_options or {}
+        script = options.get("script") or (
+            load.stack.model.script if options.get("profile") == PROFILE else {}
+        )
         if run.status != "completed" or run.retries or "turns" not in script:
             continue
         expected = 1 + len(script["turns"])
@@ -283,6 +291,8 @@ def _check(load: Load, exits: list[str]) -> Findings:
                 counts[run.pk] - expected,
                 f"run {run.id}: {counts[run.pk]} model turns for a {expected}-turn script",
             )
+
+    _endpoint_check(found, workspace_id, {str(run.pk) for run in runs}, load)
 
     # Pull requests: one per task in the database and at the GitHub server, unique numbers.
     prs = list(PullRequest.objects.filter(task__workspace_id=workspace_id))
@@ -323,6 +333,45 @@ def _check(load: Load, exits: list[str]) -> Findings:
     found.dead_letters = DeadLetter.objects.filter(workspace_id=workspace_id).count()
     found.violations.extend(f"exit: {e}" for e in exits)
     return found
+
+
+def _endpoint_check(found: Findings, workspace_id: int, run_ids: set[str], load: Load) -> None:
+    """At the model endpoint: no turn requested after its checkpoint committed."""
+    from django.db import connection
+
+    everything = load.stack.model.requests()
+    unnamed = sum(1 for r in everything if not r.key)
+    if unnamed:
+        found.violations.append(f"endpoint: {unnamed} model requests named no turn")
+    requests = [r for r in everything if r.key.split(":", 1)[0] in run_ids]
+    found.model_requests = len(requests)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT mt.run_id, mt.step_no, mt.turn_no,
+                   extract(epoch FROM pg_xact_commit_timestamp(mt.xmin))
+            FROM runs_modelturn mt JOIN runs_run r ON r.id = mt.run_id
+            JOIN runs_task t ON t.id = r.task_id WHERE t.workspace_id = %s
+            """,
+            [workspace_id],
+        )
+        committed = {f"{run}:{step}:{turn}": at for run, step, turn, at in cursor.fetchall()}
+    asked = Counter(r.key for r in requests)
+    found.model_reasked = sum(n - 1 for key, n in asked.items() if key in committed and n > 1)
+    for request in requests:
+        at = committed.get(request.key)
+        if at is not None and request.at > float(at):
+            found.add(
+                "duplicated",
+                1,
+                f"model turn {request.key} ({request.position}) requested at the endpoint "
+                f"{request.at - float(at):.3f}s after its checkpoint committed",
+            )
+    never = [key for key in committed if key not in asked]
+    if never:
+        found.violations.append(
+            f"endpoint: {len(never)} checkpointed turns never requested, e.g. {never[0]}"
+        )
 
 
 def active_runs(workspace_id: int) -> list[str]:

@@ -15,6 +15,7 @@ import hmac
 import io
 import json
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +25,8 @@ from typing import Any
 
 import httpx
 
-from tests.chaos.stack import WEBHOOK_SECRET, Stack, short_fix_script
+from tests.chaos.modelserver import PROFILE
+from tests.chaos.stack import WEBHOOK_SECRET, Stack
 
 CORPUS = Path("/work/shared/corpus")
 
@@ -43,6 +45,8 @@ class Submission:
     marker: str
     status: int | None = None  # None: no answer (connection refused, timeout)
     body: dict[str, Any] = field(default_factory=dict)
+    answered: float = 0.0  # time.monotonic() when the answer (or the error) came
+    latency: float = 0.0
 
     @property
     def accepted(self) -> bool:
@@ -133,7 +137,7 @@ class Load:
 
     # --- API -----------------------------------------------------------------------------
 
-    def submit(self, *, script: dict[str, Any] | None = None, **extra: Any) -> Submission:
+    def submit(self, **extra: Any) -> Submission:
         marker = f"[{self.scope.slug}#{self._next('task')}]"
         record = Submission(marker=marker)
         with self.lock:
@@ -141,9 +145,11 @@ class Load:
         body = {
             "repository": self.scope.repository_id,
             "instruction": f"{marker} Fix add() in calc/core.py so the tests pass.",
-            "model_options": {"provider": "scripted", "script": script or short_fix_script()},
+            # The scripted agent, asked over HTTP (see modelserver).
+            "model_options": {"profile": PROFILE},
             **extra,
         }
+        sent = time.monotonic()
         try:
             response = self._client().post(
                 "/api/tasks/",
@@ -152,6 +158,9 @@ class Load:
             )
         except httpx.HTTPError:
             return record
+        finally:
+            record.answered = time.monotonic()
+            record.latency = record.answered - sent
         record.status = response.status_code
         try:
             record.body = response.json()

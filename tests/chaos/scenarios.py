@@ -76,7 +76,7 @@ FULL = Profile(
     redis_restarts=4,
     pg_runs=30,
     pg_restarts=3,
-    burst=500,
+    burst=10_000,
     burst_run=20,
     triplicate=30,
     poison_healthy=10,
@@ -116,6 +116,11 @@ class Result:
             self.notes.append(f"{found.failed_runs} runs failed (with a reason)")
         if found.dead_letters:
             self.notes.append(f"{found.dead_letters} dead letters")
+        if found.model_requests:
+            self.notes.append(
+                f"{found.model_requests} model requests at the endpoint, "
+                f"{found.model_reasked} of a turn not yet checkpointed asked again"
+            )
 
 
 class Harness:
@@ -135,13 +140,22 @@ class Harness:
         runs = db(lambda: invariants.active_runs(load.scope.workspace_id))
         self.recovery_marks.append((runs, at if at is not None else time.time()))
 
-    def finish(self, result: Result, load: Load, started: float, exits_before: int) -> Result:
+    def finish(
+        self,
+        result: Result,
+        load: Load,
+        started: float,
+        exits_before: int,
+        bound: float | None = None,
+    ) -> Result:
         # Requests sent during an outage may still be waiting for their answer.
         for thread in self.pending_threads:
             thread.join(timeout=60)
         self.pending_threads.clear()
-        drain = invariants.wait_drained(load, self.profile.drain_bound, self.stack.supervise)
-        if drain >= self.profile.drain_bound:
+        bound = bound or self.profile.drain_bound
+        drain = invariants.wait_drained(load, bound, self.stack.supervise)
+        result.notes.append(f"drained {drain:.0f}s after the load")
+        if drain >= bound:
             state = db(lambda: invariants.progress(load))
             result.notes.append(f"not drained after {drain:.0f}s: {state}")
         exits = self.stack.unexpected_exits()[exits_before:]
@@ -280,12 +294,17 @@ class Harness:
             f"{self.profile.burst} submissions in {elapsed:.1f}s "
             f"({self.profile.burst / max(elapsed, 0.001):.0f}/s): {statuses}"
         )
+        result.notes.append(accept_rate(load.submissions, sent))
         refused = [s for s in load.submissions if not s.accepted]
         if refused:
             result.violations.append(
                 f"refused: {len(refused)} submissions not accepted, e.g. {refused[0].status}"
             )
-        return self.finish(result, load, started, exits)
+        # Every deferred task still has to be admitted and run to its end through the
+        # limit: the bound grows with the burst.
+        return self.finish(
+            result, load, started, exits, bound=self.profile.drain_bound + self.profile.burst / 25
+        )
 
     # --- 5. every delivery three times, concurrently -----------------------------------
 
@@ -350,6 +369,7 @@ class Harness:
             time.sleep(2)
             problems = db(poison_state)
         finished.violations.extend(problems)
+        finished.seconds = time.monotonic() - started
         return finished
 
     # --- 7. beat killed and restarted; two beats at once --------------------------------
@@ -369,7 +389,6 @@ class Harness:
         result.faults += 1
         time.sleep(3)
         self.stack.restart_worker("worker1")
-        beat.start()
         second = Child(
             "beat2",
             self.stack.beat_argv("beat2"),
@@ -377,21 +396,50 @@ class Harness:
             cwd=beat.cwd,
             log_dir=self.stack.log_dir,
         )
+        beats = [beat, second]
+        before = [beat_starts(b) for b in beats]
+        beat.start()
         self.stack.extra_beats.append(second)
         second.start()
         result.faults += 1
+        # The overlap counts from the moment both beats are up (each has logged its
+        # start), not from when they were launched: a loaded machine takes seconds to
+        # import Celery and Django.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and any(
+            beat_starts(b) <= n for b, n in zip(beats, before, strict=True)
+        ):
+            self.stack.supervise()
+            time.sleep(0.2)
         overlap_started = time.time()
         load.submit_many(self.profile.beat_runs - self.profile.beat_runs // 2, concurrency=2)
         finished = self.finish(result, load, started, exits)
-        # Both beats run for at least a few schedule intervals before the verdict.
-        time.sleep(max(0.0, self.profile.beat_overlap - (time.time() - overlap_started)))
+        # Both beats run together for the whole window (several intervals of every
+        # short schedule) before the verdict, however fast the work drained.
+        while time.time() - overlap_started < self.profile.beat_overlap:
+            self.stack.supervise()
+            time.sleep(min(1.0, self.profile.beat_overlap - (time.time() - overlap_started)))
         overlap = time.time() - overlap_started
-        sends = beat_sends([beat.log_path, second.log_path], since=overlap_started)
+        restarted = [b.name for b, n in zip(beats, before, strict=True) if beat_starts(b) != n + 1]
+        if restarted or not all(b.alive() for b in beats):
+            finished.violations.append(
+                f"two beats did not run together for the whole {overlap:.0f}s: "
+                f"restarted {restarted}, alive {[b.name for b in beats if b.alive()]}"
+            )
+        per_beat = {
+            b.name: sum(len(t) for t in beat_sends([b.log_path], since=overlap_started).values())
+            for b in beats
+        }
+        sends = beat_sends([b.log_path for b in beats], since=overlap_started)
         counts = {name: len(times) for name, times in sends.items()}
-        finished.notes.append(f"two beats for {overlap:.0f}s, schedules sent: {counts}")
+        finished.notes.append(
+            f"two beats up together for {overlap:.0f}s; sends per beat {per_beat}; "
+            f"per schedule {counts}"
+        )
         finished.violations.extend(double_fires(sends))
         second.stop()
         self.stack.extra_beats.remove(second)
+        finished.seconds = time.monotonic() - started
         return finished
 
     # --- 8. idle CPU --------------------------------------------------------------------
@@ -466,6 +514,32 @@ class Harness:
         result.runs = 1
         result.seconds = time.monotonic() - started
         return result
+
+
+def accept_rate(submissions: list[Any], sent: float) -> str:
+    """The API's accept rate over the burst: overall, per 10 s window, and the latency."""
+    answered = sorted(s.answered - sent for s in submissions if s.accepted)
+    if not answered:
+        return "no submission accepted"
+    windows: dict[int, int] = {}
+    for at in answered:
+        windows[int(at // 10)] = windows.get(int(at // 10), 0) + 1
+    rates = sorted(n / 10 for n in windows.values())
+    latencies = sorted(s.latency for s in submissions if s.accepted)
+    return (
+        f"API accepted {len(answered)} in {answered[-1]:.1f}s "
+        f"({len(answered) / max(answered[-1], 0.001):.0f}/s); per 10 s window "
+        f"min {rates[0]:.0f}/s, median {rates[len(rates) // 2]:.0f}/s, max {rates[-1]:.0f}/s; "
+        f"latency p50 {latencies[len(latencies) // 2] * 1000:.0f} ms, "
+        f"p99 {latencies[int(len(latencies) * 0.99)] * 1000:.0f} ms"
+    )
+
+
+def beat_starts(child: Child) -> int:
+    """How many times the beat has logged its start in its log so far."""
+    if not child.log_path.exists():
+        return 0
+    return child.log_path.read_bytes().count(b"beat: Starting...")
 
 
 SEND_LINE = re.compile(r"^(\S+Z) .*Scheduler: Sending due task (.+?) \(")

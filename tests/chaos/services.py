@@ -92,7 +92,9 @@ class PostgresCluster:
     def start(self) -> None:
         options = (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300 "
+            # When each model turn's checkpoint committed, for the endpoint invariant.
+            "-c track_commit_timestamp=on"
         )
         self._ctl("-o", options, "-l", str(self.log), "-w", "-t", "60", "start")
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.chaos.fakegithub import FakeGitHub
+from tests.chaos.modelserver import PROFILE, ScriptedModelServer
 from tests.chaos.services import Child, PostgresCluster, RedisServer, free_port, remove_tree
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +56,8 @@ class Stack:
         self.postgres: PostgresCluster | None = None
         self.redis: RedisServer | None = None
         self.github = FakeGitHub()
+        # The agent's model: the scripted agent behind an OpenAI-compatible endpoint.
+        self.model = ScriptedModelServer(short_fix_script())
         self.web_port = free_port()
         self.children: dict[str, Child] = {}
         self.extra_beats: list[Child] = []
@@ -67,7 +70,7 @@ class Stack:
         self.postgres.create_database("chaos")
         self.redis = RedisServer(self.root)
         base = {k: v for k, v in os.environ.items() if k not in FOREIGN}
-        script = {"provider": "scripted", "script": short_fix_script()}
+        model_options = {"profile": PROFILE}
         self.env = {
             **base,
             "DJANGO_SETTINGS_MODULE": "agentplatform.settings",
@@ -84,7 +87,8 @@ class Stack:
             "GITHUB_API_URL": self.github.url,
             "GITHUB_TOKEN": GITHUB_TOKEN,
             "GITHUB_WEBHOOK_SECRET": WEBHOOK_SECRET,
-            "WEBHOOK_TASK_MODEL_OPTIONS": json.dumps(script),
+            "WEBHOOK_TASK_MODEL_OPTIONS": json.dumps(model_options),
+            "MODEL_PROFILES": json.dumps({PROFILE: self.model.profile()}),
             # The burst measures what the API takes, not the throttle.
             "API_THROTTLE_USER_RATE": "",
             "API_THROTTLE_TOKEN_RATE": "",
@@ -223,6 +227,7 @@ class Stack:
             if service is not None:
                 service.destroy()
         self.github.close()
+        self.model.close()
         if not self.keep:
             remove_tree(self.root)
 
