@@ -126,6 +126,23 @@ def _otel_after_fork(**kwargs: Any) -> None:
     otel.otel_configure(force=True)
 
 
+@signals.celeryd_after_setup.connect
+def _relay_queue_with_events(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
+    """A worker of the "events" queue also serves the relay's queue.
+
+    The relay has a queue of its own so that a backlog of consumer and delivery messages
+    never stands in front of it; with the Redis transport's round robin over a worker's
+    queues, a relay message waits for at most one message of each other queue. Any
+    worker deployed for "events" keeps publishing without naming the new queue.
+    """
+    queues = (instance.app if instance is not None else app).amqp.queues
+    names = {q.name for q in queues.consume_from.values()}
+    if "events" in names and "relay" not in names:
+        from kombu import Queue
+
+        queues.select_add(Queue("relay"))
+
+
 # This process's heartbeat writer, while it is a ready worker (see jobs.workers).
 _heartbeater: Any = None
 

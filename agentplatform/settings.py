@@ -198,8 +198,10 @@ CELERY_TASK_SOFT_TIME_LIMIT = _env_value("CELERY_TASK_SOFT_TIME_LIMIT", int, 900
 CELERY_TASK_TIME_LIMIT = _env_value("CELERY_TASK_TIME_LIMIT", int, 960)
 CELERY_TASK_DEFAULT_QUEUE = "agent"
 # One queue per kind of work, so a flood of one kind never starves another and each can
-# get its own workers: agent steps, verification (test runs), events, webhook intake.
-CELERY_TASK_QUEUES = [Queue(name) for name in ("agent", "verify", "events", "webhooks")]
+# get its own workers: agent steps, verification (test runs), events, webhook intake,
+# and the outbox relay's wake-ups (served by every worker of "events", see
+# agentplatform.celery, so a deployment's queue lists need not name it).
+CELERY_TASK_QUEUES = [Queue(name) for name in ("agent", "verify", "events", "webhooks", "relay")]
 CELERY_TASK_CREATE_MISSING_QUEUES = True
 # Off: with it on, a broker restart makes the worker cancel its running tasks and then
 # exit on "Unrecoverable error" while restoring their messages (celery/celery#9250,
@@ -221,6 +223,7 @@ CELERY_BEAT_SCHEDULER = "jobs.beat:LeaderDatabaseScheduler"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TASK_ROUTES = {
     "runs.*": {"queue": "agent"},
+    "jobs.outbox_relay": {"queue": "relay"},
     "jobs.*": {"queue": "events"},
     "webhooks.*": {"queue": "webhooks"},
 }

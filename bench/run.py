@@ -321,7 +321,7 @@ class Bench:
         )
 
     def broker_purge(self) -> None:
-        for queue in ("agent", "verify", "events", "webhooks", "rawbench"):
+        for queue in ("agent", "verify", "events", "webhooks", "relay", "rawbench"):
             self.broker.delete(queue)
         self.redis.delete("bench:tasks", "bench:raw:done", "bench:raw:latency")
 

@@ -44,10 +44,12 @@ from jobs.backoff import backoff_delay
 from jobs.logs import log
 from jobs.models import EventSubscription, OutboxEvent
 
-BATCH_SIZE = 50
+# Rows per batch: each batch costs about ten round trips (claim, read, XADD pipeline,
+# work items, mark, commit, wake-ups) whatever its size, so large batches amortise them.
+BATCH_SIZE = 500
 # Partitions claimed per batch: a run's events usually arrive a few at a time, so a
 # batch spans many partitions; the row limit still caps the batch.
-PARTITIONS_PER_BATCH = 50
+PARTITIONS_PER_BATCH = 250
 RUN_CHANNEL_PREFIX = "agent.run."
 _redis_clients: dict[str, Any] = {}
 
@@ -67,6 +69,13 @@ RELAY_SCHEDULED_KEY = "agentplatform:relay:scheduled"
 # purged, broker restarted) the next wake-up after this sends a new one, and the beat
 # sweep publishes meanwhile.
 RELAY_SCHEDULED_TTL_MS = 10_000
+# The relay's own queue: thousands of consumer and delivery messages on "events" never
+# stand in front of it. Every worker that consumes "events" consumes it too
+# (agentplatform.celery), and the beat sweep still goes through "events".
+RELAY_QUEUE = "relay"
+# One relay task publishes for at most this long, then hands on to a fresh message, so a
+# huge backlog does not hold one worker process for minutes.
+RELAY_DRAIN_SECONDS = 20.0
 
 
 def _coalescing_client() -> Any:
@@ -105,7 +114,7 @@ def relay_wake(*, countdown: float | None = None) -> None:
             log.warning("relay.coalesce_failed", exc_info=True)
     try:
         # celery-stubs type countdown as float, but celery's own default is None.
-        outbox_relay.apply_async(queue="events", countdown=countdown)  # type: ignore[arg-type]
+        outbox_relay.apply_async(queue=RELAY_QUEUE, countdown=countdown)  # type: ignore[arg-type]
     except Exception:  # the beat sweep publishes what this wake-up would have
         log.warning("relay.wake_failed", exc_info=True)
 
@@ -118,22 +127,27 @@ def relay_wake_taken() -> None:
             client.delete(RELAY_PENDING_KEY)
 
 
-def relay_wake_done() -> None:
+def relay_wake_done(*, more: bool = False) -> None:
     """A relay finished draining: look again after a short window if commits came meanwhile.
 
     The window batches the commits of a busy system into one task; an idle system is
-    never kept waiting (its first wake-up sends a task at once).
+    never kept waiting (its first wake-up sends a task at once). ``more``: the relay
+    stopped at its time budget with rows left, so the next one starts at once.
     """
+    from jobs.tasks import outbox_relay
+
     try:
         client = _coalescing_client()
         if client is None:
+            if more:
+                outbox_relay.apply_async(queue=RELAY_QUEUE)
             return
-        if client.get(RELAY_PENDING_KEY):
+        if more or client.get(RELAY_PENDING_KEY):
             client.pexpire(RELAY_SCHEDULED_KEY, RELAY_SCHEDULED_TTL_MS)
-            from jobs.tasks import outbox_relay
-
             outbox_relay.apply_async(
-                queue="events", countdown=settings.OUTBOX_RELAY_COALESCE_SECONDS
+                queue=RELAY_QUEUE,
+                # celery-stubs type countdown as float; None sends at once (no eta).
+                countdown=None if more else settings.OUTBOX_RELAY_COALESCE_SECONDS,  # type: ignore[arg-type]
             )
             return
         client.delete(RELAY_SCHEDULED_KEY)
@@ -184,14 +198,17 @@ def stream_fields(row: OutboxEvent) -> dict[str, str]:
 
 
 def stream_publish(rows: list[OutboxEvent]) -> list[Exception | None]:
-    """XADD every row (and wake live timelines); one result per row, None for success.
+    """XADD every row and wake live timelines, in one round trip; one result per row.
 
     A connection failure raises: every row failed. A per-command error (e.g. the key
-    holds another type) fails only its row.
+    holds another type) fails only its row. Live timelines get one wake-up per run and
+    batch (its last event): a view re-reads the timeline from the database, so one
+    message says as much as several.
     """
     if not rows or not stream_enabled():
         return [None] * len(rows)
     pipe = stream_client().pipeline(transaction=False)
+    last_of_run: dict[str, OutboxEvent] = {}
     for row in rows:
         pipe.xadd(
             settings.EVENT_STREAM_NAME,
@@ -201,31 +218,25 @@ def stream_publish(rows: list[OutboxEvent]) -> list[Exception | None]:
         )
         run_id = row.payload.get("runid")
         if run_id:
-            # A wake-up, not the event: a live view re-reads the timeline from the
-            # database, so a lost message costs latency, never data.
-            # Same shape as the on-commit announcement (agentplatform.api.notify), plus
-            # the event's id and type; this one also reaches a separate stream Redis.
-            pipe.publish(
-                run_channel(run_id),
-                json.dumps(
-                    {
-                        "run_id": run_id,
-                        "sequence": row.payload.get("sequence"),
-                        "id": str(row.event_id),
-                        "type": row.type,
-                    }
-                ),
-            )
+            last_of_run[run_id] = row
+    for run_id, row in last_of_run.items():
+        # A wake-up, not the event: a lost message costs latency, never data.
+        # Same shape as the on-commit announcement (agentplatform.api.notify), plus
+        # the event's id and type; this one also reaches a separate stream Redis.
+        pipe.publish(
+            run_channel(run_id),
+            json.dumps(
+                {
+                    "run_id": run_id,
+                    "sequence": row.payload.get("sequence"),
+                    "id": str(row.event_id),
+                    "type": row.type,
+                }
+            ),
+        )
     results = pipe.execute(raise_on_error=False)
-    per_row: list[Exception | None] = []
-    index = 0
-    for row in rows:
-        span = 2 if row.payload.get("runid") else 1
-        # Only the XADD decides; a failed PUBLISH is a missed wake-up.
-        outcome = results[index]
-        per_row.append(outcome if isinstance(outcome, Exception) else None)
-        index += span
-    return per_row
+    # Only the XADDs decide; a failed PUBLISH is a missed wake-up.
+    return [outcome if isinstance(outcome, Exception) else None for outcome in results[: len(rows)]]
 
 
 @dataclass
@@ -312,6 +323,8 @@ class BatchReport:
     failed_partitions: int = 0
     claimed: int = 0
     retry_at: datetime | None = None
+    # The drain stopped at its limit while still publishing.
+    more: bool = False
 
 
 def outbox_relay_batch(
@@ -406,9 +419,11 @@ def _publish(
     return published, list(failed.values())
 
 
-def outbox_drain(*, max_batches: int = 1000) -> BatchReport:
-    """Publish until nothing is available (or ``max_batches``); the summed report."""
+def outbox_drain(*, max_batches: int = 1000, max_seconds: float | None = None) -> BatchReport:
+    """Publish until nothing is available, or ``max_batches``, or ``max_seconds`` have
+    passed (then ``more`` is set: rows may be left); the summed report."""
     total = BatchReport()
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
     for _ in range(max_batches):
         report = outbox_relay_batch()
         total.published += report.published
@@ -417,7 +432,10 @@ def outbox_drain(*, max_batches: int = 1000) -> BatchReport:
         if report.retry_at is not None:
             total.retry_at = min(filter(None, [total.retry_at, report.retry_at]))
         if report.published == 0:
+            return total
+        if deadline is not None and time.monotonic() >= deadline:
             break
+    total.more = True
     return total
 
 

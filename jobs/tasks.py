@@ -17,13 +17,21 @@ def outbox_relay() -> int:
     """Drain the outbox; if a partition is backing off, wake again when it is due."""
     from django.utils import timezone
 
-    from jobs.relay import outbox_drain, relay_wake, relay_wake_done, relay_wake_taken
+    from jobs.relay import (
+        RELAY_DRAIN_SECONDS,
+        outbox_drain,
+        relay_wake,
+        relay_wake_done,
+        relay_wake_taken,
+    )
 
     relay_wake_taken()
+    more = False
     try:
-        report = outbox_drain()
+        report = outbox_drain(max_seconds=RELAY_DRAIN_SECONDS)
+        more = report.more
     finally:
-        relay_wake_done()
+        relay_wake_done(more=more)
     if report.retry_at is not None:
         delay = max(0.0, (report.retry_at - timezone.now()).total_seconds())
         relay_wake(countdown=delay + 0.05)

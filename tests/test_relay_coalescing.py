@@ -11,7 +11,7 @@ import redis
 from django.conf import settings
 
 import jobs.relay
-from jobs.relay import BatchReport, relay_wake, relay_wake_reset
+from jobs.relay import RELAY_QUEUE, BatchReport, relay_wake, relay_wake_reset
 from jobs.tasks import outbox_relay
 
 pytestmark = pytest.mark.services
@@ -31,7 +31,7 @@ def broker() -> Iterator[Any]:
 def relay_messages(client: Any) -> int:
     return sum(
         json.loads(raw)["headers"]["task"] == "jobs.outbox_relay"
-        for raw in client.lrange("events", 0, -1)
+        for raw in client.lrange(RELAY_QUEUE, 0, -1)
     )
 
 
@@ -60,8 +60,24 @@ def test_a_commit_during_the_drain_gets_a_follow_up_relay(
     outbox_relay.run()
     # The wake-up during the drain sent nothing itself; the relay queued its follow-up.
     assert relay_messages(broker) == 2
-    follow_up = json.loads(broker.lindex("events", 0))  # the newest message
+    follow_up = json.loads(broker.lindex(RELAY_QUEUE, 0))  # the newest message
     assert follow_up["headers"]["eta"] is not None
     # The follow-up holds the slot: more commits add no task.
     relay_wake()
     assert relay_messages(broker) == 2
+
+
+def test_a_drain_stopped_by_its_time_budget_hands_on_at_once(
+    broker: Any, db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def drain_until_the_budget(**kwargs: Any) -> BatchReport:
+        assert kwargs["max_seconds"] > 0  # a relay task never drains without a bound
+        return BatchReport(published=500, more=True)
+
+    relay_wake()
+    broker.delete(RELAY_QUEUE)  # the message this relay task came from
+    monkeypatch.setattr(jobs.relay, "outbox_drain", drain_until_the_budget)
+    outbox_relay.run()
+    # No commit came meanwhile, yet rows are left: the next relay starts without delay.
+    assert relay_messages(broker) == 1
+    assert json.loads(broker.lindex(RELAY_QUEUE, 0))["headers"]["eta"] is None

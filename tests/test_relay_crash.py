@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from jobs.models import OutboxEvent, ProcessedEvent, WorkspaceDailyCost
-from jobs.relay import outbox_drain
+from jobs.relay import RELAY_QUEUE, outbox_drain
 from runs.models import Run
 from runs.timeline import PendingEvent, events_record
 from tests.conftest import ROOT, wait_for
@@ -83,7 +83,7 @@ def test_relay_killed_before_marking_publishes_again_and_consumers_dedupe(
                     for i in range(1, 4)
                 ],
             )
-        client.delete("events")  # the on-commit wake-up: this test relays by hand
+        client.delete(RELAY_QUEUE)  # the on-commit wake-up: this test relays by hand
 
         relay = _relay_process(stream)
         wait_for(lambda: client.xlen(stream) == 3, timeout=30, message="first publish")
