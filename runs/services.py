@@ -72,10 +72,13 @@ def admission_check(*, workspace: Workspace, repository: Repository, margin: int
     Call under the workspace's exclusive admission lock (``_lock_workspace``), or holding
     an admission lane with ``margin`` set to the number of lanes (``_lane_take``).
     """
-    active = Run.objects.filter(task__workspace=workspace, status__in=ACTIVE)
-    if active.count() + margin >= workspace.max_active_runs:
+    # Both counts in one scan of the workspace's active runs.
+    counts = Run.objects.filter(task__workspace=workspace, status__in=ACTIVE).aggregate(
+        workspace=Count("pk"), repository=Count("pk", filter=Q(task__repository=repository))
+    )
+    if counts["workspace"] + margin >= workspace.max_active_runs:
         return _workspace_full(workspace)
-    if active.filter(task__repository=repository).count() + margin >= repository.max_active_runs:
+    if counts["repository"] + margin >= repository.max_active_runs:
         return _repository_full(repository)
     return _budget_refusal(workspace)
 
@@ -223,10 +226,8 @@ def task_submit(
             "model_options": model_options or {},
         }
     )
-    if idempotency_key:
-        existing = _idempotent_replay(workspace, idempotency_key, fingerprint)
-        if existing is not None:
-            return existing
+    # A repeated Idempotency-Key is found by its unique constraint: the insert below
+    # fails and the original is returned, so a new key costs no lookup beforehand.
     for exclusive in (False, True) if _lanes() else (True,):
         try:
             return _task_create(
@@ -250,7 +251,7 @@ def task_submit(
         except _NearLimit:
             continue
         except IntegrityError:
-            # A concurrent submission with the same key won the insert.
+            # The key was used before (or by a concurrent submission that won the insert).
             if idempotency_key:
                 existing = _idempotent_replay(workspace, idempotency_key, fingerprint)
                 if existing is not None:
@@ -296,7 +297,10 @@ def _task_create(
             refusal = admission_check(workspace=ws, repository=repository)
             if refusal is None:
                 raise _NearLimit()
+        # Inserted with the status admission decided: no second write to the task.
         task = Task.objects.create(
+            status=Task.Status.DEFERRED if refusal is not None else Task.Status.RUNNING,
+            status_reason=refusal or "",
             workspace=ws,
             repository=repository,
             instruction=instruction,
@@ -320,9 +324,6 @@ def _task_create(
             "requested_by": requested_by,
         }
         if refusal is not None:
-            task.status = Task.Status.DEFERRED
-            task.status_reason = refusal
-            task.save(update_fields=["status", "status_reason"])
             events_record(
                 task=task,
                 run=None,
@@ -333,21 +334,16 @@ def _task_create(
             )
             return Submission(task=task, run=None, created=True)
         run_no = 1
-        run = Run.objects.create(task=task, run_no=run_no)
-        task.status = Task.Status.RUNNING
-        task.save(update_fields=["status"])
-        events_record(
-            task=task,
-            run=run,
-            events=[
-                PendingEvent("agent.task.submitted", submitted, requested_by),
-                PendingEvent("agent.task.accepted", {"run_no": run_no}, requested_by),
-                PendingEvent("agent.task.queued", {"run_no": run_no}, requested_by),
-                PendingEvent(
-                    "agent.run.queued", {"run_no": run_no, "followup": False}, requested_by
-                ),
-            ],
-        )
+        first = [
+            PendingEvent("agent.task.submitted", submitted, requested_by),
+            PendingEvent("agent.task.accepted", {"run_no": run_no}, requested_by),
+            PendingEvent("agent.task.queued", {"run_no": run_no}, requested_by),
+            PendingEvent("agent.run.queued", {"run_no": run_no, "followup": False}, requested_by),
+        ]
+        # Nobody else can append to a run inserted in this transaction: its first
+        # sequence numbers are reserved by the INSERT itself instead of an UPDATE.
+        run = Run.objects.create(task=task, run_no=run_no, last_sequence_no=len(first))
+        events_record(task=task, run=run, events=first, reserved=(len(first), len(first)))
         dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
         return Submission(task=task, run=run, created=True)
 

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 
 from agentplatform.api.filters import StrictFilterBackend, TaskFilter
 from agentplatform.api.pagination import LimitOffsetPagination
-from agentplatform.api.scoping import workspace_ids_for
+from agentplatform.api.scoping import workspace_ids_for, workspace_ids_query
 from agentplatform.api.selectors import submission_outcome
 from agentplatform.api.strict import StrictInput
 from runs.models import Repository, Task, Workspace
@@ -99,8 +99,9 @@ class TaskCollectionApi(generics.ListAPIView):
             if request is not None:  # schema generation builds it without one
                 repository = self.fields["repository"]
                 assert isinstance(repository, serializers.PrimaryKeyRelatedField)
+                # The caller's memberships as a subquery: one statement, not two.
                 repository.queryset = Repository.objects.filter(
-                    workspace_id__in=workspace_ids_for(user=request.user)
+                    workspace_id__in=workspace_ids_query(user=request.user)
                 ).select_related("workspace")
 
     class CreateOutputSerializer(serializers.Serializer):

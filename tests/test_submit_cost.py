@@ -1,0 +1,101 @@
+"""A submission is one lookup and one transaction of inserts: admission counted once,
+the task written with its final status, the run's first sequence numbers taken by its
+INSERT, and a repeated Idempotency-Key found by its unique constraint."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
+
+from runs.models import Membership, Run, RunEvent, Task
+from runs.timeline import event_record
+from tests.factories import RepositoryFactory, UserFactory, WorkspaceFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def submitter():
+    workspace = WorkspaceFactory(max_active_runs=100)
+    repository = RepositoryFactory(workspace=workspace, max_active_runs=100)
+    user = UserFactory()
+    Membership.objects.create(workspace=workspace, user=user, role="member")
+    api = APIClient()
+    api.force_authenticate(user)
+    return api, repository
+
+
+def _submit(api: APIClient, repository, key: str | None = None, instruction: str = "Fix it"):
+    headers = {"Idempotency-Key": key} if key else {}
+    return api.post(
+        "/api/tasks/",
+        data=json.dumps({"repository": repository.pk, "instruction": instruction}),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def test_a_new_submission_is_one_lookup_and_one_transaction_of_inserts(submitter) -> None:
+    api, repository = submitter
+    _submit(api, repository, key=str(uuid.uuid4()))  # warm
+    with CaptureQueriesContext(connection) as queries:
+        response = _submit(api, repository, key=str(uuid.uuid4()))
+    assert response.status_code == 202
+    statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
+    assert statements == [
+        "SELECT",  # the repository, among the caller's workspaces
+        "BEGIN",
+        "WITH",  # an admission lane
+        "SELECT",  # active runs of the workspace and of the repository, one scan
+        "INSERT",  # task
+        "INSERT",  # run
+        "INSERT",  # timeline and outbox rows
+        "COMMIT",
+    ], [q["sql"][:100] for q in queries.captured_queries]
+
+
+def test_the_submitted_task_and_its_timeline_are_as_before(submitter) -> None:
+    api, repository = submitter
+    body = _submit(api, repository).json()
+    task = Task.objects.get(pk=body["task_id"])
+    run = Run.objects.get(pk=body["run_id"])
+    assert (task.status, task.status_reason, run.last_sequence_no) == ("running", "", 4)
+    assert list(RunEvent.objects.filter(run=run).values_list("sequence_no", "type")) == [
+        (1, "agent.task.submitted"),
+        (2, "agent.task.accepted"),
+        (3, "agent.task.queued"),
+        (4, "agent.run.queued"),
+    ]
+    # The next fact on the run continues the sequence without a gap.
+    with transaction.atomic():
+        event_record(task=task, run=run, type="agent.run.started")
+    assert RunEvent.objects.filter(run=run).order_by("-sequence_no").first().sequence_no == 5
+
+
+def test_a_deferred_submission_is_written_deferred_with_its_reason(submitter) -> None:
+    api, repository = submitter
+    repository.max_active_runs = 1
+    repository.save()
+    assert _submit(api, repository).json()["status"] == "queued"
+    deferred = _submit(api, repository).json()
+    assert deferred["status"] == "deferred"
+    assert deferred["reason"] == "repository at its limit of 1 active runs"
+    task = Task.objects.get(pk=deferred["task_id"])
+    assert (task.status, task.status_reason) == ("deferred", deferred["reason"])
+
+
+def test_a_repeated_key_answers_the_original_and_creates_nothing(submitter) -> None:
+    api, repository = submitter
+    key = str(uuid.uuid4())
+    first = _submit(api, repository, key=key)
+    again = _submit(api, repository, key=key)
+    assert (again.status_code, again.json()) == (202, first.json())
+    assert Task.objects.count() == Run.objects.count() == 1
+    other = _submit(api, repository, key=key, instruction="Something else")
+    assert other.status_code == 422
+    assert Task.objects.count() == 1
