@@ -242,10 +242,11 @@ class Task(models.Model):
         ]
         indexes = [
             models.Index(fields=["workspace", "-created_at"], name="task_ws_created"),
+            # The re-admission queue of a workspace, in the order it is admitted.
             models.Index(
-                fields=["priority", "created_at"],
+                fields=["workspace", "-priority", "created_at"],
                 condition=Q(status="deferred"),
-                name="task_deferred",
+                name="task_deferred_queue",
             ),
         ]
 
