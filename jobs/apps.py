@@ -9,7 +9,7 @@ class JobsConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from jobs.consumers import PermanentConsumerError, event_consume
+        from jobs.consumers import PermanentConsumerError, event_batch_split, event_consume
         from jobs.schedules import Schedule, schedule_register, schedules_after_migrate
         from jobs.services import requeued_task_send
         from jobs.subscriptions import subscription_deliver
@@ -21,6 +21,7 @@ class JobsConfig(AppConfig):
             WorkKind(
                 name="event.consume",
                 handler=event_consume,
+                split=event_batch_split,
                 queue="events",
                 max_attempts=settings.EVENT_CONSUMER_MAX_RETRIES + 1,
                 retry_base_seconds=settings.EVENT_CONSUMER_RETRY_BASE_SECONDS,

@@ -54,6 +54,11 @@ class WorkKind:
     retry_max_seconds: float = 600.0
     # Exceptions that mean "never retry" besides PermanentWorkError.
     permanent: tuple[type[BaseException], ...] = field(default_factory=tuple)
+    # For items that bundle several units of work: ``split(**item.args)`` hands the
+    # units to items of their own and returns True. Called instead of the handler once
+    # a worker died holding the item, so one poison unit is isolated (and dead-lettered
+    # alone) instead of taking its whole bundle with it.
+    split: Callable[..., bool] | None = None
 
 
 _kinds: dict[str, WorkKind] = {}
@@ -333,7 +338,8 @@ def work_execute(*, item_id: int) -> str:
     )
     structlog.contextvars.bind_contextvars(work_kind=item.kind, work_key=item.key)
     try:
-        spec.handler(**item.args)
+        if not (item.crashes and spec.split is not None and spec.split(**item.args)):
+            spec.handler(**item.args)
     except Exception as exc:
         return _failed(item, spec, exc)
     WorkItem.objects.filter(pk=item.pk, claim=item.claim).update(

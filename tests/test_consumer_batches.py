@@ -157,3 +157,24 @@ def test_a_failing_event_is_split_off_and_does_not_hold_back_the_rest(workspace)
     assert work_execute(item_id=singles[ids[2]].pk) == "done"
     assert sorted(turn for _, turn in seen) == [1, 2, 3, 4, 5]
     assert ProcessedEvent.objects.filter(consumer="recorder").count() == 5
+
+
+def test_a_batch_whose_worker_died_is_split_so_a_poison_event_dies_alone(workspace):
+    _interleaved(workspace, runs=1, turns=4)
+    outbox_drain()
+    (batch,) = _items()
+    ids = batch.args["event_ids"]
+    assert event_consume(consumer="recorder", event_id=ids[0]) == "processed"
+    # A worker claimed the batch and died with it (its lease ran out, never released).
+    WorkItem.objects.filter(pk=batch.pk).update(
+        lease_until=batch.created_at.replace(year=2000), claim="dead-worker", attempts=1
+    )
+
+    assert work_execute(item_id=batch.pk) == "done"
+    assert [turn for _, turn in seen] == [1]  # the batch itself ran nothing this time
+    singles = [i for i in _items() if i.pk != batch.pk]
+    assert sorted(i.args["event_id"] for i in singles) == sorted(ids[1:])
+    for item in singles:
+        assert work_execute(item_id=item.pk) == "done"
+    assert sorted(turn for _, turn in seen) == [1, 2, 3, 4]
+    assert ProcessedEvent.objects.filter(consumer="recorder").count() == 4

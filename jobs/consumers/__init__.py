@@ -180,17 +180,43 @@ def event_consume(
 
 def _split(spec: Consumer, *, failed: str, rest: list[str]) -> None:
     """Single-event work items for a failed event (after the retry delay) and the rest."""
-    from jobs.work import work_enqueue, work_kind
+    from jobs.work import work_kind
 
     retry = work_kind("event.consume").retry_base_seconds
+    _singles(spec.name, [(failed, retry), *((e, 0.0) for e in rest)])
+
+
+def _singles(consumer: str, events: list[tuple[str, float]]) -> None:
+    from jobs.work import work_enqueue
+
     with transaction.atomic():
-        for current, delay in [(failed, retry), *((e, 0.0) for e in rest)]:
+        for current, delay in events:
             work_enqueue(
                 kind="event.consume",
-                key=consume_key(spec.name, [current]),
-                args={"consumer": spec.name, "event_id": current},
+                key=consume_key(consumer, [current]),
+                args={"consumer": consumer, "event_id": current},
                 delay=delay,
             )
+
+
+def event_batch_split(
+    *, consumer: str, event_id: str | None = None, event_ids: list[str] | None = None
+) -> bool:
+    """Hand a batch's unprocessed events to single-event items (after a worker died
+    holding the batch: one of them may be what kills it); False for a single event."""
+    ids = [str(e) for e in event_ids or []]
+    if event_id is not None or len(ids) < 2:
+        return False
+    done = {
+        str(e)
+        for e in ProcessedEvent.objects.filter(consumer=consumer, event_id__in=ids).values_list(
+            "event_id", flat=True
+        )
+    }
+    rest = [e for e in ids if e not in done]
+    _singles(consumer, [(e, 0.0) for e in rest])
+    log.warning("consumer.batch_split_after_crash", consumer=consumer, remaining=len(rest))
+    return True
 
 
 _UNREAD = object()
