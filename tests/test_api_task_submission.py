@@ -155,3 +155,23 @@ def test_task_list_filters_by_status_source_repository_and_created_range(
     assert ids("?created_before=2021-01-01T00:00:00Z") == {str(first.id)}
     assert len(ids("?created_after=2021-01-01T00:00:00Z")) == 2
     assert member_client.get("/api/tasks/?status=bogus").status_code == 400
+
+
+def test_created_range_takes_any_iso_offset_and_refuses_what_leaves_the_calendar(
+    member_client, workspace, repo
+):
+    _submit(member_client, {"repository": repo.pk, "instruction": "Fix"})
+    Task.objects.update(created_at=datetime(2020, 1, 1, 12, tzinfo=UTC))
+    Run.objects.update(created_at=datetime(2020, 1, 1, 12, tzinfo=UTC))
+
+    # ISO 8601 allows offsets PostgreSQL does not (it stops at 15:59): same instant in UTC.
+    for url in ("/api/tasks/", "/api/runs/"):
+        inside = member_client.get(f"{url}?created_before=2020-01-02T07:09:00%2B18:09")
+        assert inside.status_code == 200, inside.content
+        assert len(inside.json()["results"]) == 1
+        outside = member_client.get(f"{url}?created_after=2020-01-02T07:09:00%2B18:09")
+        assert (outside.status_code, len(outside.json()["results"])) == (200, 0)
+
+        beyond = member_client.get(f"{url}?created_after=9999-12-31T23:00:00-18:00")
+        assert beyond.status_code == 400, beyond.content
+        assert "created_after" in beyond.content.decode()

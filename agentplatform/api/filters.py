@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 import django_filters
@@ -47,13 +48,35 @@ class IdFilter(django_filters.NumberFilter):
         super().__init__(*args, **kwargs)
 
 
+class UtcDateTimeField(django_filters.fields.IsoDateTimeField):
+    """An ISO 8601 date-time, converted to UTC.
+
+    ISO 8601 admits offsets up to 23:59, PostgreSQL only up to 15:59: the value is
+    converted before it reaches the query, and one that leaves the calendar once
+    converted (year 0 or 10000) is a 400 naming the parameter.
+    """
+
+    def to_python(self, value: Any) -> Any:
+        parsed = super().to_python(value)
+        if parsed is None or parsed.tzinfo is None:
+            return parsed
+        try:
+            return parsed.astimezone(UTC)
+        except OverflowError:
+            raise forms.ValidationError("Out of range once converted to UTC.") from None
+
+
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcDateTimeField
+
+
 class TaskFilter(django_filters.FilterSet):
     status = django_filters.ChoiceFilter(choices=Task.Status.choices)
     source = django_filters.ChoiceFilter(choices=Task.Source.choices)
     repository = IdFilter(field_name="repository_id")
     workspace = django_filters.CharFilter(field_name="workspace__slug")
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    created_after = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = UtcDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = Task
@@ -64,8 +87,8 @@ class RunFilter(django_filters.FilterSet):
     status = django_filters.ChoiceFilter(choices=Run.Status.choices)
     task = django_filters.UUIDFilter(field_name="task_id")
     repository = IdFilter(field_name="task__repository_id")
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    created_after = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = UtcDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = Run
