@@ -62,6 +62,11 @@ class RunEventHub:
             return False
         return True
 
+    @property
+    def ready(self) -> bool:
+        """Whether the subscription is active now."""
+        return self._ready.is_set()
+
     def register(self, run_id: str, event: asyncio.Event) -> None:
         self._waiters[run_id].add(event)
 
@@ -285,7 +290,17 @@ async def activity_stream(*, keepalive: float, min_interval: float) -> AsyncIter
                 if hub_ready:
                     yield ": keep-alive\n\n"
                     continue
+                if not settings.EMBEDDED and resources.hub.ready:
+                    # The subscription came up after this stream gave up waiting for it
+                    # (a slow start): follow announcements from now on instead of a frame
+                    # every few seconds.
+                    hub_ready, wait = True, keepalive
+                    yield ": keep-alive\n\n"
+                    continue
             wake.clear()
+            if not hub_ready and not settings.EMBEDDED and resources.hub.ready:
+                # Woken by the hub's re-read as it subscribed: this frame is that re-read.
+                hub_ready, wait = True, keepalive
             frames += 1
             yield f"id: {frames}\nevent: changed\ndata: {{}}\n\n"
             # Announcements during the pause set ``wake`` again: one frame covers them.

@@ -70,21 +70,29 @@ def test_operator_logs_in_and_opens_the_dashboard(logged_in: Any, served: Any) -
     assert dead.evaluate("e => getComputedStyle(e).backgroundColor") == "rgb(255, 235, 238)"
     # It follows the activity stream: when a run moves, the page re-reads itself in place.
     page.evaluate("window.__sameDocument = true")
+
+    def announced_until_shown(count: str) -> None:
+        shown = "document.querySelector('[data-metric=\"open-dead-letters\"] .value')"
+        shown += f".innerText === '{count}'"
+        for _ in range(25):
+            # Announced again until seen: the page's stream may not be subscribed yet.
+            run_events_announce(run_id=uuid.uuid4(), sequence=1)
+            try:
+                page.wait_for_function(shown, timeout=1_000)
+                return
+            except PlaywrightTimeoutError:
+                continue
+
     DeadLetterFactory()
-    # Nothing announced, nothing re-read: the page follows events, it does not poll.
-    page.wait_for_timeout(11_000)
-    assert dead.locator(".value").inner_text() == "1"
-    two_open = "document.querySelector('[data-metric=\"open-dead-letters\"] .value')"
-    two_open += ".innerText === '2'"
-    for _ in range(25):
-        # Announced again until seen: the page's stream may not be subscribed yet.
-        run_events_announce(run_id=uuid.uuid4(), sequence=1)
-        try:
-            page.wait_for_function(two_open, timeout=1_000)
-            break
-        except PlaywrightTimeoutError:
-            continue
+    announced_until_shown("2")
     assert dead.locator(".value").inner_text() == "2"
+    # Now that the page follows the stream: nothing announced, nothing re-read (it
+    # follows events, it does not poll).
+    DeadLetterFactory()
+    page.wait_for_timeout(11_000)
+    assert dead.locator(".value").inner_text() == "2"
+    announced_until_shown("3")
+    assert dead.locator(".value").inner_text() == "3"
     assert page.evaluate("window.__sameDocument") is True
     screenshot(page, "dashboard")
 
