@@ -74,6 +74,8 @@ def test_run_page_follows_the_run_and_approves_next_to_the_diff(
     page.wait_for_selector("ul.messagelist")
     assert "Approve: 1 row(s) changed." in page.locator("ul.messagelist").inner_text()
     page.evaluate("window.__sameDocument = true")
+    # On a quick machine the run may already be over when the page comes back.
+    over_at_load = page.locator("#run-summary .console-badge").inner_text() == "completed"
 
     page.wait_for_selector("#pull-request", timeout=RUN_TIMEOUT_MS)
     page.wait_for_function(
@@ -82,7 +84,8 @@ def test_run_page_follows_the_run_and_approves_next_to_the_diff(
     )
     assert page.evaluate("window.__sameDocument") is True
     # Set only by the live script when it re-renders the page in place.
-    assert page.locator("#run-console[data-live-updated]").count() == 1
+    if not over_at_load:
+        assert page.locator("#run-console[data-live-updated]").count() == 1
     assert page.locator("#approval").count() == 0
     run = Run.objects.get(pk=submission.run.pk)
     assert run.status == Run.Status.COMPLETED
