@@ -190,6 +190,27 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     relay_wake_reset()
 
 
+def beat_start(schedule: Path, log: Any) -> subprocess.Popen[bytes]:
+    """A real ``celery beat`` on the test database, in its own process group."""
+    db = settings.DATABASES["default"]
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+    }
+    return subprocess.Popen(
+        [
+            *(sys.executable, "-m", "celery", "-A", "agentplatform", "beat"),
+            *("--loglevel", "INFO", "--pidfile=", "-s", str(schedule)),
+        ],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
 def processes_with(token: str) -> list[int]:
     """Host pids of live processes whose command line holds ``token``."""
     found = []

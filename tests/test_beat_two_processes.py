@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +12,7 @@ import redis
 from django.conf import settings
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from tests.conftest import ROOT, wait_for
+from tests.conftest import beat_start, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -24,34 +22,9 @@ SENT = b"Sending due task beat probe"
 
 class Beat:
     def __init__(self, name: str, log_dir: Path) -> None:
-        db = settings.DATABASES["default"]
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        }
         self.log_path = log_dir / f"beat-{name}.log"
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "agentplatform",
-                "beat",
-                "--loglevel",
-                "INFO",
-                "--pidfile=",
-                "-s",
-                str(log_dir / f"beat-{name}.db"),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.process = beat_start(log_dir / f"beat-{name}.db", self.log)
 
     def sends(self) -> int:
         return self.log_path.read_bytes().count(SENT)

@@ -12,19 +12,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.db import connection
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from jobs.models import WorkerHeartbeat
 from jobs.schedules import beat_schedules_ensure
-from tests.conftest import ROOT, wait_for
+from tests.conftest import beat_start, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -41,33 +39,8 @@ def _sessions_opened() -> int:
 
 @pytest.fixture
 def beat(tmp_path: Path) -> Any:
-    db = settings.DATABASES["default"]
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-    }
     log = open(tmp_path / "beat.log", "ab")  # noqa: SIM115 - closed below
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "agentplatform",
-            "beat",
-            "--loglevel",
-            "INFO",
-            "--pidfile=",
-            "-s",
-            str(tmp_path / "beat-schedule"),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    process = beat_start(tmp_path / "beat-schedule", log)
     yield tmp_path / "beat.log"
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
