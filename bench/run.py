@@ -310,8 +310,12 @@ class Bench:
         self.broker_purge()
         from runs.models import Repository, Workspace
 
+        # A daily budget that is never reached: admission (figure 6) checks it as well.
         self.workspace = Workspace.objects.create(
-            slug="bench", name="bench", max_active_runs=1_000_000
+            slug="bench",
+            name="bench",
+            max_active_runs=1_000_000,
+            daily_cost_budget_usd=1_000_000,
         )
         self.repository = Repository.objects.create(
             workspace=self.workspace,

@@ -441,6 +441,29 @@ class ModelTurn(models.Model):
         return f"turn {self.step_no}.{self.turn_no} ({self.purpose})"
 
 
+class WorkspaceSpend(models.Model):
+    """Model spend of a workspace in one UTC day: what its daily cost budget is held to.
+
+    Added to in the transaction that stores the model turn (``workspace_spend_add``), so
+    a turn's cost counts exactly when the turn is stored: a turn whose transaction rolls
+    back (a lost lease, a second attempt at the same turn) adds nothing. Admission reads
+    one row by its unique key, whatever the number of runs.
+    """
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="spend")
+    day = models.DateField()
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "day"], name="workspace_spend_day"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workspace_id} {self.day}: ${self.cost_usd}"
+
+
 class ToolCall(models.Model):
     class Status(models.TextChoices):
         REQUESTED = "requested"

@@ -13,17 +13,17 @@ import random
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, Max, Q, Sum
+from django.db.models import Count, F, Max, Q
 from django.utils import timezone
 
 from runs import dispatch
 from runs.logs import log
 from runs.models import Approval, Membership, Repository, Run, Task, Workspace
+from runs.spend import workspace_spend_today
 from runs.state import ACTIVE, TERMINAL
 from runs.timeline import PendingEvent, event_record, events_record
 
@@ -92,13 +92,11 @@ def _repository_full(repository: Repository) -> str:
 
 
 def _budget_refusal(workspace: Workspace) -> str | None:
-    if workspace.daily_cost_budget_usd > 0:
-        today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
-        spent = Run.objects.filter(task__workspace=workspace, created_at__gte=today).aggregate(
-            total=Sum("cost_usd")
-        )["total"] or Decimal("0")
-        if spent >= workspace.daily_cost_budget_usd:
-            return f"workspace spent its daily budget of ${workspace.daily_cost_budget_usd}"
+    budget = workspace.daily_cost_budget_usd
+    # Spend that a turn has not committed yet is not counted: a budget stops new runs
+    # once the day's stored spend reaches it, and runs already admitted go on.
+    if budget > 0 and workspace_spend_today(workspace_id=workspace.pk) >= budget:
+        return f"workspace spent its daily budget of ${budget}"
     return None
 
 

@@ -8,12 +8,15 @@ never hides another's.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from runs.models import Run, Task
 from runs.services import run_after_terminal, task_submit, tasks_readmit
+from runs.spend import workspace_spend_add
 from runs.state import ACTIVE
 from tests.factories import RepositoryFactory, WorkspaceFactory
 
@@ -139,6 +142,7 @@ def test_a_workspace_over_its_daily_budget_admits_nothing():
     submit(repository, 0)
     submit(repository, 1)
     Run.objects.filter(task__workspace=workspace).update(status=Run.Status.COMPLETED, cost_usd=5)
+    workspace_spend_add(workspace_id=workspace.pk, cost=Decimal("5"))
     workspace.daily_cost_budget_usd = 1
     workspace.save()
 

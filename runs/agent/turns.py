@@ -26,6 +26,7 @@ from runs.engine import StepContext, StepFailed, TransientStepError
 from runs.models import ModelTurn, Run
 from runs.providers import ModelReply, provider_for_profile
 from runs.providers.base import ContextLengthExceeded, ModelError, ReplayDiverged
+from runs.spend import workspace_spend_add
 
 PROBLEM_EVENT = "agent.model.error"
 
@@ -154,6 +155,7 @@ def turn_obtain(
             cost_usd=F("cost_usd") + cost,
             model_profile=f"{profile.name}:{model}"[:200],
         )
+        workspace_spend_add(workspace_id=ctx.task.workspace_id, cost=cost)
         ctx.emit(
             "agent.model.turn.completed",
             {
