@@ -242,6 +242,8 @@ class Task(models.Model):
         ]
         indexes = [
             models.Index(fields=["workspace", "-created_at"], name="task_ws_created"),
+            # The task list's order: newest first across the caller's workspaces.
+            models.Index(fields=["-created_at", "id"], name="task_created"),
             # The re-admission queue of a workspace, in the order it is admitted.
             models.Index(
                 fields=["workspace", "-priority", "created_at"],

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.db.models import QuerySet
@@ -18,6 +16,7 @@ from rest_framework.views import APIView
 from agentplatform.api.errors import ProblemError
 from agentplatform.api.filters import RunFilter, StrictFilterBackend
 from agentplatform.api.pagination import LimitOffsetPagination, SequenceCursorPagination
+from agentplatform.api.rows import ListRows
 from agentplatform.api.scoping import workspace_ids_for
 from agentplatform.api.selectors import run_budget_usage, run_current_step
 from agentplatform.api.strict import StrictInput, body_refuse
@@ -80,42 +79,8 @@ class RunOutputSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-# Where each field of RunOutputSerializer is read from in a row of the list query.
-_RUN_LIST_COLUMNS = {"task": "task_id", "workspace": "task__workspace__slug"}
-
-
-@functools.cache
-def _run_list_fields() -> list[tuple[str, str, Callable[[Any], Any]]]:
-    """(field, column, render) for each field of RunOutputSerializer, in order."""
-    fields: list[tuple[str, str, Callable[[Any], Any]]] = []
-    for name, field in RunOutputSerializer().fields.items():
-        if isinstance(field, serializers.RelatedField):
-            # Read as the related row's key or slug itself: what the field renders.
-            fields.append((name, _RUN_LIST_COLUMNS[name], _same))
-        else:
-            fields.append((name, str(field.source), field.to_representation))
-    return fields
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-def run_list_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows of the list query rendered exactly as RunOutputSerializer renders a run.
-
-    A page of runs is read as plain rows (no model instances, no related task or
-    workspace objects) and each value goes through the serializer's own field, so the
-    list and the detail cannot drift apart while the list costs a fraction per run.
-    """
-    fields = _run_list_fields()
-    return [
-        {
-            name: None if row[column] is None else render(row[column])
-            for name, column, render in fields
-        }
-        for row in rows
-    ]
+# A page of the list as plain rows, each rendered as RunOutputSerializer renders a run.
+_RUN_ROWS = ListRows(RunOutputSerializer, {"task": "task_id", "workspace": "task__workspace__slug"})
 
 
 class RunListApi(generics.ListAPIView):
@@ -134,10 +99,9 @@ class RunListApi(generics.ListAPIView):
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         queryset = self.filter_queryset(self.get_queryset())
-        columns = [column for _, column, _ in _run_list_fields()]
-        page = self.paginate_queryset(queryset.values(*columns))
+        page = self.paginate_queryset(queryset.values(*_RUN_ROWS.columns))
         assert page is not None  # pagination_class is set
-        return self.get_paginated_response(run_list_rows(page))
+        return self.get_paginated_response(_RUN_ROWS.render(page))
 
 
 class RunDetailApi(APIView):

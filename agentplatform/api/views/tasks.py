@@ -13,6 +13,7 @@ from rest_framework.response import Response
 
 from agentplatform.api.filters import StrictFilterBackend, TaskFilter
 from agentplatform.api.pagination import LimitOffsetPagination
+from agentplatform.api.rows import ListRows
 from agentplatform.api.scoping import workspace_ids_for, workspace_ids_query
 from agentplatform.api.selectors import submission_outcome
 from agentplatform.api.strict import StrictInput
@@ -58,6 +59,12 @@ def _tasks_visible(request: Request) -> QuerySet[Task]:
         .select_related("workspace")
         .order_by("-created_at", "id")
     )
+
+
+# A page of the list as plain rows, each rendered as TaskOutputSerializer renders a task.
+_TASK_ROWS = ListRows(
+    TaskOutputSerializer, {"workspace": "workspace__slug", "repository": "repository_id"}
+)
 
 
 class TaskBudgetInputSerializer(StrictInput):
@@ -119,7 +126,16 @@ class TaskCollectionApi(generics.ListAPIView):
     filterset_class = TaskFilter
 
     def get_queryset(self) -> QuerySet[Task]:
-        return _tasks_visible(self.request)
+        # Ordered like the task_created index, which serves the page without a sort.
+        return Task.objects.filter(
+            workspace_id__in=workspace_ids_for(user=self.request.user)
+        ).order_by("-created_at", "id")
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset.values(*_TASK_ROWS.columns))
+        assert page is not None  # pagination_class is set
+        return self.get_paginated_response(_TASK_ROWS.render(page))
 
     @extend_schema(
         operation_id="tasks_create",
