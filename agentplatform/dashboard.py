@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.contrib import admin
 from django.db import connection
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Q
 from django.db.models.functions import TruncHour
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -28,11 +28,10 @@ from django.utils.safestring import SafeString, mark_safe
 
 from jobs.models import DeadLetter, OutboxEvent
 from jobs.relay import outbox_lag_seconds
-from runs.models import Run
+from runs.models import Run, WorkspaceSpend
 from runs.reaper import oldest_lease_age_seconds
 from runs.state import ACTIVE, TERMINAL
 
-QUEUES = ("agent", "verify", "events", "webhooks")
 # kombu's Redis transport keeps one list per priority step; priority 0 is the bare name.
 REDIS_PRIORITY_SEPARATOR = "\x06\x16"
 REDIS_PRIORITY_STEPS = (3, 6, 9)
@@ -63,43 +62,49 @@ def threshold(name: str, default: float) -> float:
 # --- measurements -----------------------------------------------------------------------------
 
 
+def queue_names() -> list[str]:
+    """Every queue the platform routes work to (the relay's included), as configured."""
+    return [queue.name for queue in settings.CELERY_TASK_QUEUES]
+
+
 def queue_depths() -> dict[str, int | None]:
     """Messages waiting per Celery queue; None where the broker cannot tell (embedded)."""
     url = settings.CELERY_BROKER_URL
+    queues = queue_names()
     if url.startswith(("redis://", "rediss://")):
-        return _redis_queue_depths(url)
+        return _redis_queue_depths(url, queues)
     if url.startswith("amqp://"):
-        return _amqp_queue_depths()
-    return dict.fromkeys(QUEUES)
+        return _amqp_queue_depths(queues)
+    return dict.fromkeys(queues)
 
 
-def _redis_queue_depths(url: str) -> dict[str, int | None]:
+def _redis_queue_depths(url: str, queues: list[str]) -> dict[str, int | None]:
     import redis
 
     try:
         client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
         pipe = client.pipeline(transaction=False)
-        for name in QUEUES:
+        for name in queues:
             pipe.llen(name)
             for step in REDIS_PRIORITY_STEPS:
                 pipe.llen(f"{name}{REDIS_PRIORITY_SEPARATOR}{step}")
         lengths = pipe.execute()
     except Exception:  # the dashboard must render while the broker is down
-        return dict.fromkeys(QUEUES)
+        return dict.fromkeys(queues)
     per_queue = 1 + len(REDIS_PRIORITY_STEPS)
     return {
-        name: sum(lengths[i * per_queue : (i + 1) * per_queue]) for i, name in enumerate(QUEUES)
+        name: sum(lengths[i * per_queue : (i + 1) * per_queue]) for i, name in enumerate(queues)
     }
 
 
-def _amqp_queue_depths() -> dict[str, int | None]:
+def _amqp_queue_depths(queues: list[str]) -> dict[str, int | None]:
     from agentplatform.celery import app
 
-    depths: dict[str, int | None] = dict.fromkeys(QUEUES)
+    depths: dict[str, int | None] = dict.fromkeys(queues)
     try:
         with app.connection_for_read() as conn:
             conn.ensure_connection(max_retries=1, timeout=1)
-            for name in QUEUES:
+            for name in queues:
                 try:
                     # A passive declare reports the count without creating the queue;
                     # it closes the channel when the queue is missing, so one per queue.
@@ -109,7 +114,7 @@ def _amqp_queue_depths() -> dict[str, int | None]:
                 except Exception:
                     depths[name] = None
     except Exception:  # broker down: every depth stays unknown
-        return dict.fromkeys(QUEUES)
+        return dict.fromkeys(queues)
     return depths
 
 
@@ -272,29 +277,22 @@ def dashboard_metrics(*, now: datetime | None = None) -> dict[str, Any]:
 
     p50, p95 = duration_percentiles(day_ago)
 
-    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    costs = list(
-        Run.objects.filter(created_at__gte=midnight)
-        .order_by()
-        .values("task__workspace__slug", "task__workspace__daily_cost_budget_usd")
-        .annotate(cost=Sum("cost_usd"), runs=Count("id"))
-        .order_by("-cost")
+    # The same daily totals the admission's budget check reads: one row per workspace
+    # that spent today, whatever the number of runs.
+    costs = (
+        WorkspaceSpend.objects.filter(day=now.astimezone(UTC).date())
+        .values("workspace__slug", "workspace__daily_cost_budget_usd", "cost_usd")
+        .order_by("-cost_usd")
     )
     cost_rows = []
     for row in costs:
-        budget = row["task__workspace__daily_cost_budget_usd"] or Decimal("0")
-        spent = row["cost"] or Decimal("0")
+        budget = row["workspace__daily_cost_budget_usd"] or Decimal("0")
+        spent = row["cost_usd"]
         tone = ""
         if budget > 0:
             tone = "bad" if spent >= budget else "warn" if spent >= budget * Decimal("0.8") else ""
         cost_rows.append(
-            {
-                "workspace": row["task__workspace__slug"],
-                "cost": spent,
-                "runs": row["runs"],
-                "budget": budget,
-                "tone": tone,
-            }
+            {"workspace": row["workspace__slug"], "cost": spent, "budget": budget, "tone": tone}
         )
 
     per_hour = runs_per_hour(now)

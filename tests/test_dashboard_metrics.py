@@ -15,11 +15,11 @@ from django.utils import timezone
 
 from agentplatform.dashboard import _percentile, dashboard_metrics, duration_percentiles
 from runs.models import Run
+from runs.spend import workspace_spend_add
 from tests.factories import (
     DeadLetterFactory,
     OutboxEventFactory,
     RunFactory,
-    TaskFactory,
     UserFactory,
     WorkspaceFactory,
 )
@@ -39,7 +39,7 @@ def _finished(status: str, minutes_ago: float, duration_s: float, **extra: Any) 
 def _queue_keys() -> list[str]:
     return [
         f"{name}{suffix}"
-        for name in ("agent", "verify", "events", "webhooks")
+        for name in ("agent", "verify", "events", "webhooks", "relay")
         for suffix in ("", "\x06\x163", "\x06\x166", "\x06\x169")
     ]
 
@@ -120,16 +120,42 @@ def test_queue_depth_outbox_lag_dead_letters_and_leases_cross_thresholds(
     assert dict(metrics["active_by_state"])["running"] == 1
 
 
-def test_cost_today_per_workspace_against_its_budget(db: Any, broker: Any) -> None:
+def test_spend_today_per_workspace_against_its_budget(db: Any, broker: Any) -> None:
     rich = WorkspaceFactory(slug="rich")
     tight = WorkspaceFactory(slug="tight", daily_cost_budget_usd=Decimal("1.00"))
-    RunFactory(task=TaskFactory(workspace=rich), cost_usd=Decimal("3.5"))
-    RunFactory(task=TaskFactory(workspace=tight), cost_usd=Decimal("0.9"))
+    workspace_spend_add(workspace_id=rich.pk, cost=Decimal("3.5"))
+    workspace_spend_add(workspace_id=tight.pk, cost=Decimal("0.9"))
+    # Spent yesterday: not today's.
+    workspace_spend_add(
+        workspace_id=tight.pk, cost=Decimal("5"), at=timezone.now() - timedelta(days=1)
+    )
 
     rows = {r["workspace"]: r for r in dashboard_metrics()["cost_today"]}
 
     assert rows["rich"]["cost"] == Decimal("3.5") and rows["rich"]["tone"] == ""
-    assert rows["tight"]["tone"] == "warn"
+    assert rows["tight"]["cost"] == Decimal("0.9") and rows["tight"]["tone"] == "warn"
+
+
+def test_every_configured_queue_is_shown_the_relay_s_included(
+    client: Any, db: Any, broker: Any
+) -> None:
+    broker.rpush("relay", *[b"m"] * 3)
+    queues = {m.label: m.value for m in dashboard_metrics()["queues"]}
+    assert queues == {"agent": 0, "verify": 0, "events": 0, "webhooks": 0, "relay": 3}
+
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    html = client.get(reverse("ops-dashboard")).content.decode()
+    assert 'data-metric="queue-relay"' in html
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    gauge = {
+        sample.labels["queue"]: sample.value
+        for family in text_string_to_metric_families(client.get("/metrics").content.decode())
+        for sample in family.samples
+        if sample.name == "agent_queue_depth"
+    }
+    assert gauge["relay"] == 3
 
 
 def test_dashboard_page_renders_charts_and_is_linked_from_the_admin_index(
