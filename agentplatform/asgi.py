@@ -1,9 +1,59 @@
-import os
+"""The web entry point: one ASGI server, two ways into Django.
 
-from django.core.asgi import get_asgi_application
+The live streams (the SSE views, ``async def``) run on Django's ASGI handler: each holds
+its connection open for minutes and must not occupy a thread while it waits. Every other
+request (API, webhooks, admin, console pages, static files) runs on Django's WSGI
+handler in a fixed pool of ``WEB_THREADS`` threads (a2wsgi): one hand-off from the event
+loop per request, where the ASGI handler starts a thread per request and hands off again
+at every sync/async boundary of the middleware chain.
+"""
+
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentplatform.settings")
-# Django runs each ASGI request's sync code in a thread of its own; per-thread persistent
+# The streams' sync code runs in a fresh thread per request; per-thread persistent
 # connections would pile up, so connections come from a per-process pool here.
 os.environ.setdefault("DATABASE_POOL", "true")
-application = get_asgi_application()
+
+from a2wsgi import WSGIMiddleware
+from asgiref.sync import iscoroutinefunction
+from django.conf import settings
+from django.core.asgi import get_asgi_application
+from django.core.wsgi import get_wsgi_application
+from django.urls import Resolver404, get_resolver
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[Mapping[str, Any]], Awaitable[None]]
+
+asgi_handler = get_asgi_application()
+wsgi_handler = WSGIMiddleware(
+    get_wsgi_application(),  # type: ignore[arg-type]
+    workers=settings.WEB_THREADS,
+)
+
+
+def streams(path: str) -> bool:
+    """Whether ``path`` is served by an async view (a live stream)."""
+    try:
+        match = get_resolver().resolve(path)
+    except Resolver404:
+        return False
+    return iscoroutinefunction(match.func)
+
+
+def _body_unsized(scope: Scope) -> bool:
+    # WSGI reads a body by its Content-Length; a chunked upload has none. Django's ASGI
+    # handler reads the whole body first, so such a request goes there.
+    return not any(name == b"content-length" for name, _ in scope["headers"]) and any(
+        name == b"transfer-encoding" for name, _ in scope["headers"]
+    )
+
+
+async def application(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == "http" and not streams(scope["path"]) and not _body_unsized(scope):
+        await wsgi_handler(scope, receive, send)  # type: ignore[arg-type]
+    else:
+        await asgi_handler(scope, receive, send)

@@ -116,6 +116,9 @@ try:
 except Exception as exc:  # django-environ raises several types for a bad URL
     raise ImproperlyConfigured(f"Invalid value for DATABASE_URL: {exc}") from exc
 
+# Threads per web process that run every request except the live streams
+# (agentplatform.asgi); each holds a database connection while it works.
+WEB_THREADS = _env_value("WEB_THREADS", int, 8)
 if _database["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets readers and one writer work at once; the busy timeout makes a second
     # writer wait instead of failing; IMMEDIATE takes the write lock at BEGIN, so two
@@ -128,9 +131,10 @@ if _database["ENGINE"] == "django.db.backends.sqlite3":
 elif _database["ENGINE"] == "django.db.backends.postgresql":
     # A new PostgreSQL connection costs ~3 ms and a backend process, which would dominate
     # short requests and steps. Workers and WSGI processes keep one persistent connection
-    # per thread. ASGI runs every request in a fresh thread, so a per-thread connection
-    # would be a new (and leaked) connection per request: there a psycopg pool shared by
-    # the process hands connections out instead (the ASGI entry point turns it on).
+    # per thread. The web entry point (agentplatform.asgi) also runs the live streams'
+    # sync code in a fresh thread per request, where a per-thread connection would be a
+    # new (and leaked) connection each time: there a psycopg pool shared by the process
+    # hands connections out instead (the entry point turns it on).
     _database.setdefault("OPTIONS", {})
     _database["CONN_HEALTH_CHECKS"] = True
     DATABASE_POOL = _env_value("DATABASE_POOL", bool, False)
@@ -138,7 +142,8 @@ elif _database["ENGINE"] == "django.db.backends.postgresql":
         _database["CONN_MAX_AGE"] = 0
         _database["OPTIONS"]["pool"] = {
             "min_size": _env_value("DATABASE_POOL_MIN_SIZE", int, 2),
-            "max_size": _env_value("DATABASE_POOL_MAX_SIZE", int, 8),
+            # One per request thread, plus two for the live streams' sign-in checks.
+            "max_size": _env_value("DATABASE_POOL_MAX_SIZE", int, WEB_THREADS + 2),
             # A request waits this long for a free connection before failing; a burst
             # larger than the pool queues instead of opening more connections.
             "timeout": _env_value("DATABASE_POOL_TIMEOUT", float, 30.0),

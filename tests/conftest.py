@@ -8,7 +8,9 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +211,46 @@ def beat_start(schedule: Path, log: Any) -> subprocess.Popen[bytes]:
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+
+
+@contextmanager
+def web_server(**env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The real uvicorn serving ``agentplatform.asgi`` on the test database.
+
+    Yields its base URL and process once ``/healthz`` answers; ``env`` adds settings.
+    """
+    db = settings.DATABASES["default"]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "agentplatform.asgi:application", "--port", str(port)],
+        cwd=Path(__file__).resolve().parent.parent,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "agentplatform.settings",
+            "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+            **env,
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=30):  # noqa: S310
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        yield url, process
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
 
 
 def processes_with(token: str) -> list[int]:

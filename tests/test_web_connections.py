@@ -11,10 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -22,19 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.db import connection
+
+from tests.conftest import web_server
 
 ROOT = Path(__file__).resolve().parent.parent
 POOL_MIN = 2
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _connections(application_name: str) -> int:
@@ -53,41 +44,14 @@ def _get(url: str) -> int:
 
 @pytest.fixture
 def web() -> Any:
-    db = settings.DATABASES["default"]
     name = f"web-idle-{uuid.uuid4().hex[:8]}"
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "agentplatform.settings",
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        "DATABASE_APPLICATION_NAME": name,
-        "DATABASE_POOL_MIN_SIZE": str(POOL_MIN),
+    with web_server(
+        DATABASE_APPLICATION_NAME=name,
+        DATABASE_POOL_MIN_SIZE=str(POOL_MIN),
         # Connections above the minimum close after a second idle (a minute by default).
-        "DATABASE_POOL_MAX_IDLE": "1",
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "agentplatform.asgi:application", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                _get(f"{url}/healthz")
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        DATABASE_POOL_MAX_IDLE="1",
+    ) as (url, _):
         yield url, name
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
 
 
 def test_idle_web_process_holds_the_pools_minimum(web: Any) -> None:
@@ -98,7 +62,7 @@ def test_idle_web_process_holds_the_pools_minimum(web: Any) -> None:
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         assert set(pool.map(lambda _: _get(f"{url}/readyz"), range(64))) == {200}
     busy = _connections(name)
-    assert POOL_MIN <= busy <= int(os.environ.get("DATABASE_POOL_MAX_SIZE", "8"))
+    assert POOL_MIN <= busy <= int(os.environ.get("DATABASE_POOL_MAX_SIZE", "10"))
     deadline = time.monotonic() + 30
     while _connections(name) > POOL_MIN and time.monotonic() < deadline:
         time.sleep(0.5)
