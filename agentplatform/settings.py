@@ -395,6 +395,8 @@ WEBHOOK_CI_FOLLOWUPS_PER_COMMIT = _env_value("WEBHOOK_CI_FOLLOWUPS_PER_COMMIT", 
 # GitLab notes carry no access level: only these usernames may give /agent commands.
 GITLAB_COMMAND_USERS = _env_value("GITLAB_COMMAND_USERS", list, [])
 WEBHOOK_PROCESS_MAX_RETRIES = _env_value("WEBHOOK_PROCESS_MAX_RETRIES", int, 5)
+# The first processing retry waits about this long; each next one twice as long.
+WEBHOOK_PROCESS_RETRY_BASE_SECONDS = _env_value("WEBHOOK_PROCESS_RETRY_BASE_SECONDS", float, 2.0)
 
 # Workers record a heartbeat this often; one silent for three intervals is not alive.
 WORKER_HEARTBEAT_SECONDS = _env_value("WORKER_HEARTBEAT_SECONDS", float, 10.0)

@@ -20,6 +20,7 @@ def test_failing_receipt_retries_then_dead_letters_and_can_be_reprocessed(
     monkeypatch, start_worker
 ):
     monkeypatch.setenv("WEBHOOK_PROCESS_MAX_RETRIES", "1")
+    monkeypatch.setenv("WEBHOOK_PROCESS_RETRY_BASE_SECONDS", "0.2")
     start_worker(queues="webhooks", concurrency=1)
     payload = corpus("github", "issues/labeled")
     # A repository id that is not a number: the lookup fails for real, every attempt.
@@ -74,3 +75,20 @@ def test_reprocess_of_a_received_receipt_without_pending_work_is_accepted():
     receipt = WebhookReceipt.objects.create(provider="github", delivery_id="lost", event="ping")
     assert webhook_receipt_reprocess(receipt=receipt, by="operator") is True
     assert webhook_receipt_reprocess(receipt=receipt, by="operator") is False
+
+
+def test_processing_retry_delay_follows_its_setting(settings):
+    from django.apps import apps
+
+    from jobs.work import work_kind
+    from webhooks.intake import WORK_KIND
+
+    config = apps.get_app_config("webhooks")
+    settings.WEBHOOK_PROCESS_RETRY_BASE_SECONDS = 0.25
+    try:
+        config.ready()
+        assert work_kind(WORK_KIND).retry_base_seconds == 0.25
+    finally:
+        settings.WEBHOOK_PROCESS_RETRY_BASE_SECONDS = 2.0
+        config.ready()
+    assert work_kind(WORK_KIND).retry_base_seconds == 2.0

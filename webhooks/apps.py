@@ -18,7 +18,7 @@ class WebhooksConfig(AppConfig):
                 handler=webhook_receipt_process,
                 queue="webhooks",
                 max_attempts=settings.WEBHOOK_PROCESS_MAX_RETRIES + 1,
-                retry_base_seconds=2.0,
+                retry_base_seconds=settings.WEBHOOK_PROCESS_RETRY_BASE_SECONDS,
                 retry_max_seconds=300.0,
             )
         )
