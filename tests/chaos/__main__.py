@@ -15,7 +15,15 @@ import sys
 import time
 from dataclasses import asdict, replace
 
-from tests.chaos.scenarios import FULL, LIGHT, LIGHT_SCENARIOS, SCENARIOS, Harness, Result
+from tests.chaos.scenarios import (
+    FULL,
+    LIGHT,
+    LIGHT_SCENARIOS,
+    SCENARIOS,
+    SHARES_WINDOW,
+    Harness,
+    Result,
+)
 from tests.chaos.stack import FOREIGN, Stack
 
 COLUMNS = ("scenario", "runs", "faults", "lost", "duplicated", "stuck", "max recovery", "time")
@@ -45,6 +53,14 @@ def table(results: list[Result]) -> str:
         for row in rows
     ]
     return "\n".join(lines)
+
+
+def report(results: list[Result]) -> None:
+    """One progress line per scenario whose verdict is complete."""
+    for result in results:
+        status = "ok" if result.ok else f"{len(result.violations)} VIOLATIONS"
+        print(f"  {result.scenario}: {status} in {result.seconds:.0f}s", flush=True)
+    results.clear()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,11 +96,18 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         harness = Harness(stack, profile, args.seed)
+        waiting: list[Result] = []
         for name in names:
+            if name not in SHARES_WINDOW:
+                harness.settle()
+                report(waiting)
             result = SCENARIOS[name](harness)
             results.append(result)
-            status = "ok" if result.ok else f"{len(result.violations)} VIOLATIONS"
-            print(f"  {result.scenario}: {status} in {result.seconds:.0f}s", flush=True)
+            waiting.append(result)
+            if not harness.open_windows:
+                report(waiting)
+        harness.settle()
+        report(waiting)
     finally:
         # Keep the logs of a failing run for whoever reads the violations.
         stack.keep = stack.keep or not all(r.ok for r in results)
