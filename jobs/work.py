@@ -87,11 +87,15 @@ def work_enqueue(
     delay: float = 0.0,
     reopen: bool = False,
     traceparent: str = "",
+    wake: bool = True,
 ) -> WorkItem | None:
     """Record work to do and wake a worker on commit; None if it already exists.
 
     Must run inside the transaction that creates the work's cause. With ``reopen`` an
     existing item (done or dead) is set pending again, for an operator's replay.
+    ``wake=False`` is for a caller that executes the item itself right after the commit
+    (``work_run_now``): no message is sent, and if that execution never happens the
+    sweep wakes the item ``WORK_REWAKE_SECONDS`` after its creation.
     """
     spec = work_kind(kind)
     now = timezone.now()
@@ -110,7 +114,8 @@ def work_enqueue(
             return None
         item = WorkItem.objects.select_for_update().get(kind=kind, key=key)
         _reopen(item, args=args)
-    work_wake_on_commit([item])
+    if wake:
+        work_wake_on_commit([item])
     return item
 
 

@@ -649,8 +649,12 @@ def _terminal_events(ctx: StepContext, target: str, outcome: Outcome) -> list[Pe
     run = ctx.run
     approvals_void(run_id=run.pk)
     # Batched feedback and deferred tasks wait for this: a row, not a callback, so a
-    # crash or a refused broker right after the commit cannot strand them.
-    work_enqueue(kind=AFTER_TERMINAL, key=str(run.pk), args={"run_id": str(run.pk)})
+    # crash or a refused broker right after the commit cannot strand them. No wake-up:
+    # the committing worker runs the item right after the commit (_after_terminal), and
+    # a message would only be a second, idle claim of it, one per run, queued behind
+    # every other wake-up of the events queue. If that worker dies first, the work sweep
+    # wakes the item; deferred tasks are also re-admitted by their own schedule.
+    work_enqueue(kind=AFTER_TERMINAL, key=str(run.pk), args={"run_id": str(run.pk)}, wake=False)
     data: dict[str, Any] = {"run_no": run.run_no}
     if target != S.COMPLETED:
         data.update(reason=outcome.reason or target, detail=outcome.detail[:500])

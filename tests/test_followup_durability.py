@@ -4,8 +4,10 @@ number from the local provider."""
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.db import connections
 from django.db.models import Q
 
@@ -89,6 +91,38 @@ def test_batched_feedback_starts_its_followup_although_the_broker_refused(
     followup = task.runs.get(run_no=2)
     assert followup.feedback == "also fix sub()"
     assert work_sweep().woken == 0
+
+
+def test_a_run_end_runs_its_after_terminal_work_without_a_wake_up(
+    workspace, repository, monkeypatch
+):
+    from jobs import work
+
+    woken: list[int] = []
+    wake = work.work_wake
+
+    def spy(pairs, **kwargs):
+        woken.extend(pk for pk, _ in pairs)
+        return wake(pairs, **kwargs)
+
+    monkeypatch.setattr(work, "work_wake", spy)
+    task = TaskFactory(workspace=workspace, repository=repository)
+    run = Run.objects.create(task=task, run_no=1)
+    assert run_end_unleased(run_id=run.pk, target=Run.Status.FAILED, reason="step_error")
+
+    # Done in the ending process right after the commit; no message was sent for it.
+    item = WorkItem.objects.get(kind=AFTER_TERMINAL, key=str(run.pk))
+    assert item.status == WorkItem.Status.DONE
+    assert item.pk not in woken
+
+    # Had that process died first, the sweep wakes the item once it is overdue.
+    WorkItem.objects.filter(pk=item.pk).update(
+        status=WorkItem.Status.PENDING,
+        finished_at=None,
+        created_at=item.created_at - timedelta(seconds=settings.WORK_REWAKE_SECONDS + 1),
+    )
+    assert work_sweep().woken == 1
+    assert woken == [item.pk]
 
 
 def test_local_pull_request_numbers_are_never_shared(workspace, tmp_path):
