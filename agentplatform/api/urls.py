@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerView
 
 from agentplatform.api import stream
 from agentplatform.api.views import operations, root, runs, tasks, workspaces
+from agentplatform.api.views.schema import SchemaApi
 
 urlpatterns = [
     path("", root.ApiRootApi.as_view(), name="api-root"),
@@ -65,7 +66,7 @@ urlpatterns = [
         name="api-webhook-receipt",
     ),
     path("outbox/", operations.OutboxStatusApi.as_view(), name="api-outbox"),
-    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("schema/", SchemaApi.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path(
         "docs/redoc/",
