@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
+from runs.management.process_groups import process_groups_stop
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 GITHUB_SECRET = "bench-webhook-secret"
@@ -169,19 +171,13 @@ class Processes:
         return child
 
     def stop(self, child: subprocess.Popen[bytes]) -> None:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGTERM)
-            try:
-                child.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
-        if child in self.children:
-            self.children.remove(child)
+        self.stop_all([child])
 
-    def stop_all(self) -> None:
-        for child in list(self.children):
-            self.stop(child)
+    def stop_all(self, children: list[subprocess.Popen[bytes]] | None = None) -> None:
+        """Stop these children (all this benchmark started, by default), together."""
+        children = list(self.children if children is None else children)
+        process_groups_stop(children, timeout=20)
+        self.children = [child for child in self.children if child not in children]
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.02) -> Any:

@@ -18,6 +18,7 @@ import pytest
 from django.conf import settings
 
 from runs import demo
+from runs.management.process_groups import process_groups_stop
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT_DIR = ROOT / "test-output"
@@ -153,12 +154,7 @@ class WorkerProcess:
             self.process.wait()
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        process_groups_stop([self.process], timeout=15)
         self.log.close()
 
     def output(self) -> str:

@@ -9,9 +9,6 @@ own count of sessions opened must not move.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from jobs.models import WorkerHeartbeat
 from jobs.schedules import beat_schedules_ensure
+from runs.management.process_groups import process_groups_stop
 from tests.conftest import beat_start, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -42,13 +40,7 @@ def beat(tmp_path: Path) -> Any:
     log = open(tmp_path / "beat.log", "ab")  # noqa: SIM115 - closed below
     process = beat_start(tmp_path / "beat-schedule", log)
     yield tmp_path / "beat.log"
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    process_groups_stop([process], timeout=15)
     log.close()
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from runs.management.process_groups import process_groups_stop
 from tests.conftest import OUTPUT_DIR, ROOT
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
@@ -133,13 +133,7 @@ def served(django_db_setup: Any, tmp_path_factory: pytest.TempPathFactory) -> It
         yield server
     finally:
         # SIGTERM to serve itself: it stops web, worker and beat in order.
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        process_groups_stop([process], timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ timeline and outcome, stops the children and exits 0 on a completed run.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from rich.live import Live
 from rich.table import Table
 
 from runs import demo
+from runs.management.process_groups import process_groups_stop
 from runs.models import PullRequest, Repository, Run, RunEvent, Workspace
 from runs.services import task_submit
 from runs.state import TERMINAL
@@ -66,19 +66,6 @@ def start_children(log_dir: Path, *, concurrency: int = 2) -> list[subprocess.Po
             subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         )
     return children
-
-
-def stop_children(children: list[subprocess.Popen[bytes]]) -> None:
-    for child in children:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGTERM)
-    deadline = time.monotonic() + 15
-    for child in children:
-        try:
-            child.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
 
 
 def event_summary(event: RunEvent) -> str:
@@ -150,7 +137,7 @@ class Command(BaseCommand):
             console.print(f"task {submission.task.id}  run {run.id}")
             run = self.follow(console, run, children, options["timeout"])
         finally:
-            stop_children(children)
+            process_groups_stop(children, timeout=15)
         self.report(console, run)
         if run.status != Run.Status.COMPLETED:
             raise CommandError(f"run ended {run.status}: {run.failure_reason}")

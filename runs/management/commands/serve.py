@@ -17,6 +17,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from runs.management.process_groups import process_groups_stop
+
 
 class Command(BaseCommand):
     help = "Run the web server, a worker and beat in the foreground (Ctrl-C stops them)."
@@ -82,14 +84,5 @@ class Command(BaseCommand):
                     break
                 time.sleep(0.5)
         finally:
-            for child in children.values():
-                if child.poll() is None:
-                    os.killpg(child.pid, signal.SIGTERM)
-            deadline = time.monotonic() + 20
-            for child in children.values():
-                try:
-                    child.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    os.killpg(child.pid, signal.SIGKILL)
-                    child.wait()
+            process_groups_stop(children.values(), timeout=20)
         self.stdout.write("stopped")
