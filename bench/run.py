@@ -240,6 +240,7 @@ class Bench:
         self.logdir = Path(tempfile.mkdtemp(prefix="bench-logs-"))
         self.procs = Processes(self.env, self.logdir)
         self.tiny = args.tiny
+        self.own_redis = False
         os.environ.update(self.env)
 
     # setup
@@ -268,6 +269,7 @@ class Bench:
         )
         url = f"redis://127.0.0.1:{port}/0"
         wait_for(lambda: _ping(url), 10, "redis-server")
+        self.own_redis = True
         for key in ("REDIS_URL", "CELERY_BROKER_URL", "EVENT_STREAM_REDIS_URL"):
             self.env[key] = url
         os.environ.update(self.env)
@@ -321,9 +323,69 @@ class Bench:
         )
 
     def broker_purge(self) -> None:
-        for queue in ("agent", "verify", "events", "webhooks", "relay", "rawbench"):
-            self.broker.delete(queue)
+        """Every message queued or unacknowledged, and the relay's coalescing flags."""
+        from agentplatform.dashboard import (
+            REDIS_PRIORITY_SEPARATOR,
+            REDIS_PRIORITY_STEPS,
+            queue_names,
+        )
+        from jobs.relay import RELAY_PENDING_KEY, RELAY_SCHEDULED_KEY
+
+        if self.own_redis:
+            # The benchmark's own redis-server: nothing in it outlives a figure.
+            self.broker.flushdb()
+            return
+        queues = [*queue_names(), "rawbench"]
+        self.broker.delete(
+            *queues,
+            *(
+                f"{q}{REDIS_PRIORITY_SEPARATOR}{step}"
+                for q in queues
+                for step in REDIS_PRIORITY_STEPS
+            ),
+            "unacked",
+            "unacked_index",
+            RELAY_PENDING_KEY,
+            RELAY_SCHEDULED_KEY,
+        )
         self.redis.delete("bench:tasks", "bench:raw:done", "bench:raw:latency")
+
+    def quiesce(self) -> None:
+        """Start a figure from an empty broker and no work left by the figures before it.
+
+        What a figure leaves behind (webhook deliveries and consumer work not processed,
+        outbox rows not published, runs and deferred tasks nobody will step) would be
+        picked up by the next figure's workers and beat sweeps and counted as its cost:
+        the idle figure after the web figures measured their backlog. It is marked done
+        in the database, and the broker emptied.
+        """
+        from django.db import transaction
+        from django.utils import timezone
+
+        from jobs.models import OutboxEvent, WorkItem
+        from runs.models import Run, Task
+        from runs.state import TERMINAL
+
+        now = timezone.now()
+        with transaction.atomic():
+            cleared = {
+                "runs": Run.objects.exclude(status__in=TERMINAL).update(
+                    status=Run.Status.CANCELLED, lease_owner="", lease_until=None, finished_at=now
+                ),
+                "deferred tasks": Task.objects.filter(status=Task.Status.DEFERRED).update(
+                    status=Task.Status.CANCELLED
+                ),
+                "work items": WorkItem.objects.filter(status=WorkItem.Status.PENDING).update(
+                    status=WorkItem.Status.DONE, finished_at=now
+                ),
+                "outbox rows": OutboxEvent.objects.filter(published_at__isnull=True).update(
+                    published_at=now
+                ),
+            }
+        self.broker_purge()
+        left = {name: count for name, count in cleared.items() if count}
+        if left:
+            say(f"quiesce: marked done what earlier figures left: {left}")
 
     def teardown(self) -> None:
         self.procs.stop_all()
@@ -852,13 +914,6 @@ class Bench:
                 )
             with self.server("wsgi") as port:
                 figures["wsgi_insert"].append(self.load(port, "insert", conns, seconds))
-        self.broker_purge()
-        # The submissions made here queued runs nobody will step; left active, beat's
-        # stall sweep would wake them during the idle measurement.
-        from runs.models import Run
-        from runs.state import TERMINAL
-
-        Run.objects.exclude(status__in=TERMINAL).update(status="cancelled")
         rps = lambda k: [r["rps"] for r in figures[k]]  # noqa: E731
         ms = lambda k, p: [r[p] for r in figures[k]]  # noqa: E731
         base = f"one-INSERT view, {layout}"
@@ -1386,6 +1441,7 @@ class Bench:
         try:
             self.setup()
             for name in chosen:
+                self.quiesce()
                 getattr(self, f"m_{name}")()
         except BaseException:
             # What was measured before the failure is still worth seeing.
