@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 from agentplatform.api.views.tasks import TaskCollectionApi, TaskOutputSerializer
 from runs.models import Membership, Task
 from tests.factories import RepositoryFactory, TaskFactory, UserFactory, WorkspaceFactory
+from tests.query_plans import query_plan
 
 pytestmark = pytest.mark.django_db
 
@@ -79,14 +80,7 @@ def test_the_list_query_reads_the_index_in_its_order_without_sorting(member) -> 
     _tasks(workspace, repository, 20)
     view = TaskCollectionApi()
     view.request = type("Request", (), {"user": user})()
-    sql, params = view.get_queryset()[:50].query.sql_with_params()
-    with connection.cursor() as cursor:
-        # On tiny tables sorting is cheapest; price it out so the plan shows whether an
-        # index serves the order (with none, the plan still has to sort).
-        for setting in ("enable_sort", "enable_incremental_sort", "enable_seqscan"):
-            cursor.execute(f"SET LOCAL {setting} = off")
-        cursor.execute(f"EXPLAIN {sql}", params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+    plan = query_plan(view.get_queryset()[:50])
     assert "task_created" in plan, plan
     assert "Sort" not in plan, plan
 

@@ -19,6 +19,7 @@ from runs.models import ModelTurn, Run, WorkspaceSpend
 from runs.services import admission_check, task_submit
 from runs.spend import workspace_spend_add, workspace_spend_today
 from tests.factories import RepositoryFactory, TaskFactory, WorkspaceFactory
+from tests.query_plans import query_plan
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,11 +56,7 @@ def test_the_budget_check_reads_one_row_of_the_spend_and_no_runs(budgeted) -> No
     query = WorkspaceSpend.objects.filter(workspace_id=workspace.pk, day=day).values_list(
         "cost_usd", flat=True
     )[:1]
-    sql, params = query.query.sql_with_params()
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute(f"EXPLAIN {sql}", params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+    plan = query_plan(query)
     assert "workspace_spend_day" in plan, plan
 
 
