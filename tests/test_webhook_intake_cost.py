@@ -1,5 +1,6 @@
-"""Intake stays a handful of statements: receipt and work item in one transaction, the
-wake-up sent on commit without a write of its own, and the sweep still covers it."""
+"""Intake is one statement: the receipt, the repositories it belongs to and its work item
+in one INSERT, the wake-up sent on commit without a write of its own, and the sweep still
+covers it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from django.test.utils import CaptureQueriesContext
 
 from jobs.models import WorkItem
 from jobs.work import work_sweep
+from tests.factories import RepositoryFactory
 from tests.test_webhook_support import GITHUB_SECRET, github_post
+from webhooks.intake import _RECEIPT_COLUMNS, _WORK_COLUMNS
 from webhooks.models import WebhookReceipt
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,19 +31,46 @@ def _statements(queries: CaptureQueriesContext) -> list[str]:
     return [q["sql"].split()[0].upper() for q in queries.captured_queries]
 
 
-def test_an_accepted_delivery_costs_one_transaction_of_two_inserts(client) -> None:
+def test_an_accepted_delivery_costs_one_statement(client) -> None:
     github_post(client, PING, "ping")  # warm: the first request may set up a connection
     with CaptureQueriesContext(connection) as queries:
         response = github_post(client, PING, "ping")
     assert response.status_code == 202
-    # No savepoint around the work item, no UPDATE recording the wake-up after commit.
-    assert _statements(queries) == ["BEGIN", "INSERT", "INSERT", "COMMIT"], [
-        q["sql"][:120] for q in queries.captured_queries
-    ]
+    # No transaction of separate INSERTs, no UPDATE recording the wake-up after commit.
+    assert _statements(queries) == ["WITH"], [q["sql"][:120] for q in queries.captured_queries]
     receipt = WebhookReceipt.objects.get(pk=response.json()["receipt_id"])
     item = WorkItem.objects.get(kind="webhook.process", key=str(receipt.pk))
     assert item.status == WorkItem.Status.PENDING
     assert item.args == {"receipt_id": receipt.pk}
+    assert item.queue == "webhooks" and item.due_at <= item.created_at
+
+
+def test_the_shared_url_finds_its_repositories_in_the_same_statement(client) -> None:
+    """Repositories relying on the environment secret, of this provider, without their own."""
+    own = RepositoryFactory(provider="github", external_id="octo/hello", webhook_secret="s")
+    relying = [
+        RepositoryFactory(provider="github", external_id="octo/hello", webhook_secret="")
+        for _ in range(2)
+    ]
+    RepositoryFactory(provider="gitlab", external_id="octo/hello", webhook_secret="")
+    RepositoryFactory(provider="github", external_id="octo/other", webhook_secret="")
+    payload = {**PING, "repository": {"full_name": "octo/hello"}}
+    with CaptureQueriesContext(connection) as queries:
+        response = github_post(client, payload, "ping")
+    assert _statements(queries) == ["WITH"]
+    receipt = WebhookReceipt.objects.get(pk=response.json()["receipt_id"])
+    assert receipt.repository_ids == sorted(r.pk for r in relying)
+    assert own.pk not in receipt.repository_ids
+    without = github_post(client, PING, "ping")
+    assert WebhookReceipt.objects.get(pk=without.json()["receipt_id"]).repository_ids == []
+
+
+def test_the_statement_writes_every_column_of_both_tables() -> None:
+    """A column added to either model must be written by the intake statement too."""
+    for model, columns in ((WebhookReceipt, _RECEIPT_COLUMNS), (WorkItem, _WORK_COLUMNS)):
+        fields = {f.column for f in model._meta.concrete_fields if not f.primary_key}
+        assert fields == set(columns), model.__name__
+        assert len(columns) == len(set(columns))
 
 
 def test_a_duplicate_delivery_writes_nothing(client) -> None:

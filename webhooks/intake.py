@@ -1,8 +1,9 @@
 """Webhook intake: verify, parse and record a delivery, then hand it to processing.
 
 Everything here runs inside the HTTP request and must stay cheap: a few hashes, one
-small query for the repository's secret, one INSERT. The work happens in processing,
-dispatched once the receipt is committed.
+small query for the repository's secret (on a repository's own URL), one statement that
+records the receipt and its work item. The work happens in processing, woken once the
+receipt is committed.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
 
 from jobs import tracing
+from jobs.models import WorkItem
 from runs.models import Repository
 from webhooks import metrics
 from webhooks.logs import log
@@ -123,19 +126,6 @@ def _candidates(provider: str, repository_id: int | None) -> list[_Candidate]:
     )
 
 
-def _shared_repositories(provider: str, payload: Mapping[str, Any]) -> list[int]:
-    """After the environment secret matched: the repositories that rely on it."""
-    external_id = repository_external_id(provider, payload)
-    if not external_id:
-        return []
-    other = GITLAB if provider == GITHUB else GITHUB
-    return list(
-        Repository.objects.filter(external_id=external_id, webhook_secret="")
-        .exclude(provider=other)
-        .values_list("pk", flat=True)
-    )
-
-
 def github_signature(*, secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
@@ -210,6 +200,74 @@ def receipt_work_enqueue(receipt_id: int, *, reopen: bool = False, new: bool = F
         work_enqueue(kind=WORK_KIND, key=str(receipt_id), args=args, reopen=reopen)
 
 
+_RECEIPT_COLUMNS = (
+    "provider",
+    "delivery_id",
+    "hook_id",
+    "event",
+    "action",
+    "headers",
+    "payload",
+    "repository_ids",
+    "size_bytes",
+    "status",
+    "status_reason",
+    "error",
+    "attempts",
+    "received_at",
+    "intake_ms",
+    "last_attempt_at",
+    "processing_ms",
+    "processed_at",
+)
+_WORK_COLUMNS = (
+    "kind",
+    "key",
+    "args",
+    "queue",
+    "status",
+    "due_at",
+    "woken_at",
+    "wakes",
+    "lease_until",
+    "claim",
+    "attempts",
+    "crashes",
+    "last_error",
+    "traceparent",
+    "created_at",
+    "finished_at",
+)
+# The receipt, the repositories relying on the environment secret (shared URL) and the
+# receipt's work item in one statement: atomic on its own, one round trip. A repeated
+# delivery inserts nothing (the unique constraint); one racing it waits for it to commit.
+_RECEIPT_INSERT = f"""
+WITH receipt AS (
+    INSERT INTO {WebhookReceipt._meta.db_table} ({", ".join(_RECEIPT_COLUMNS)})
+    VALUES (
+        %(provider)s, %(delivery_id)s, %(hook_id)s, %(event)s, %(action)s,
+        %(headers)s::jsonb, %(payload)s::jsonb,
+        CASE WHEN %(shared)s::text IS NULL THEN %(repository_ids)s::jsonb ELSE (
+            SELECT coalesce(jsonb_agg(id ORDER BY id), '[]'::jsonb)
+            FROM {Repository._meta.db_table}
+            WHERE external_id = %(shared)s AND webhook_secret = '' AND provider <> %(other)s
+        ) END,
+        %(size_bytes)s, %(received)s, '', '', 0, %(now)s, %(intake_ms)s, NULL, 0, NULL
+    )
+    ON CONFLICT ON CONSTRAINT receipt_unique_delivery DO NOTHING
+    RETURNING id
+), item AS (
+    INSERT INTO {WorkItem._meta.db_table} ({", ".join(_WORK_COLUMNS)})
+    SELECT %(kind)s, receipt.id::text, jsonb_build_object('receipt_id', receipt.id),
+        %(queue)s, %(pending)s, %(now)s, NULL, 0, NULL, '', 0, 0, '', %(traceparent)s,
+        %(now)s, NULL
+    FROM receipt
+    RETURNING id, queue
+)
+SELECT receipt.id, item.id, item.queue FROM receipt CROSS JOIN item
+"""  # noqa: S608 - table and column names are ours
+
+
 def webhook_receipt_record(
     *,
     provider: str,
@@ -219,15 +277,22 @@ def webhook_receipt_record(
     headers: Mapping[str, str],
     payload: dict[str, Any],
     repository_ids: list[int],
+    shared: bool,
     size_bytes: int,
     started: float,
 ) -> IntakeResult:
-    """Insert the receipt and dispatch its processing on commit; a repeat is a duplicate.
+    """Insert the receipt and its work item, wake processing on commit; a repeat is a
+    duplicate.
 
-    Two identical deliveries racing each other both try the INSERT; the unique constraint
-    makes the second wait for the first to commit and then fail, so exactly one receipt
-    (and one processing message) exists per (provider, hook, delivery).
+    ``shared``: the delivery came to the shared URL and verified with the environment
+    secret; it belongs to the repositories with the payload's id that have no secret of
+    their own, looked up by the INSERT itself. Two identical deliveries racing each other
+    both try the INSERT; the unique constraint makes the second wait for the first to
+    commit and then insert nothing, so exactly one receipt (and one processing message)
+    exists per (provider, hook, delivery).
     """
+    from jobs.work import work_kind, work_wake
+
     action = (
         payload.get("action")
         if provider == GITHUB
@@ -237,24 +302,33 @@ def webhook_receipt_record(
             else ""
         )
     )
-    try:
-        with transaction.atomic():
-            receipt = WebhookReceipt.objects.create(
-                provider=provider,
-                event=event[:100],
-                action=str(action or "")[:100],
-                hook_id=hook_id[:100],
-                delivery_id=delivery_id[:300],
-                # The delivery's trace (made by the request middleware) goes with the
-                # receipt, so processing continues it however late or often it runs.
-                headers={**headers_storable(headers), **tracing.traceparent_header()},
-                payload=payload,
-                repository_ids=repository_ids,
-                size_bytes=size_bytes,
-                intake_ms=int((time.monotonic() - started) * 1000),
-            )
-            receipt_work_enqueue(receipt.pk, new=True)
-    except IntegrityError:
+    external_id = repository_external_id(provider, payload) if shared else ""
+    params = {
+        "provider": provider,
+        "delivery_id": delivery_id[:300],
+        "hook_id": hook_id[:100],
+        "event": event[:100],
+        "action": str(action or "")[:100],
+        # The delivery's trace (made by the request middleware) goes with the receipt, so
+        # processing continues it however late or often it runs.
+        "headers": json.dumps({**headers_storable(headers), **tracing.traceparent_header()}),
+        "payload": json.dumps(payload),
+        "shared": external_id or None,
+        "repository_ids": json.dumps([] if shared else repository_ids),
+        "other": GITLAB if provider == GITHUB else GITHUB,
+        "size_bytes": size_bytes,
+        "received": WebhookReceipt.Status.RECEIVED,
+        "now": timezone.now(),
+        "intake_ms": int((time.monotonic() - started) * 1000),
+        "kind": WORK_KIND,
+        "queue": work_kind(WORK_KIND).queue,
+        "pending": WorkItem.Status.PENDING,
+        "traceparent": tracing.traceparent_current() or "",
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_RECEIPT_INSERT, params)
+        row = cursor.fetchone()
+    if row is None:
         existing = (
             WebhookReceipt.objects.filter(
                 provider=provider, hook_id=hook_id[:100], delivery_id=delivery_id[:300]
@@ -263,19 +337,22 @@ def webhook_receipt_record(
             .first()
         )
         if existing is None:
-            raise
+            raise IntegrityError(f"webhook receipt {provider}:{delivery_id} neither new nor found")
         metrics.deliveries.labels(provider=provider, result="duplicate").inc()
         log.info("webhook.duplicate", provider=provider, delivery_id=delivery_id, hook_id=hook_id)
         return IntakeResult(receipt_id=existing, duplicate=True)
+    receipt_id, item_id, queue = row
+    # The item's first wake-up is not recorded (see jobs.work.work_enqueue_new).
+    transaction.on_commit(lambda: work_wake([(item_id, queue)], record=False))
     metrics.deliveries.labels(provider=provider, result="accepted").inc()
     log.info(
         "webhook.received",
         provider=provider,
         webhook_event=event,
         delivery_id=delivery_id,
-        receipt_id=receipt.pk,
+        receipt_id=receipt_id,
     )
-    return IntakeResult(receipt_id=receipt.pk, duplicate=False)
+    return IntakeResult(receipt_id=receipt_id, duplicate=False)
 
 
 def github_intake(
@@ -291,8 +368,6 @@ def github_intake(
         body=body, signature=headers.get("X-Hub-Signature-256", ""), repository_id=repository_id
     )
     payload = payload_parse(body=body, content_type=content_type)
-    if repository_id is None:
-        repository_ids = _shared_repositories(GITHUB, payload)
     event = headers.get("X-GitHub-Event", "")
     delivery_id = headers.get("X-GitHub-Delivery", "")
     if not event or not delivery_id:
@@ -307,6 +382,7 @@ def github_intake(
         headers=headers,
         payload=payload,
         repository_ids=repository_ids,
+        shared=repository_id is None,
         size_bytes=len(body),
         started=started,
     )
@@ -325,8 +401,6 @@ def gitlab_intake(
         token=headers.get("X-Gitlab-Token", ""), repository_id=repository_id
     )
     payload = payload_parse(body=body, content_type=content_type)
-    if repository_id is None:
-        repository_ids = _shared_repositories(GITLAB, payload)
     event = headers.get("X-Gitlab-Event", "") or str(payload.get("object_kind") or "")
     # Idempotency-Key (GitLab 17.4+) survives retries and manual resends; older servers
     # only send the event UUID.
@@ -345,6 +419,7 @@ def gitlab_intake(
         headers=headers,
         payload=payload,
         repository_ids=repository_ids,
+        shared=repository_id is None,
         size_bytes=len(body),
         started=started,
     )
