@@ -449,7 +449,9 @@ class WorkspaceSpend(models.Model):
     Added to in the transaction that stores the model turn (``workspace_spend_add``), so
     a turn's cost counts exactly when the turn is stored: a turn whose transaction rolls
     back (a lost lease, a second attempt at the same turn) adds nothing. Admission reads
-    one row by its unique key, whatever the number of runs.
+    one row by its unique key, whatever the number of runs. (``jobs.WorkspaceDailyCost``
+    is the report the cost consumer sums from the events, tokens and turns included;
+    it trails the commits by the relay's lag, so budgets are not held to it.)
     """
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="spend")
