@@ -7,6 +7,7 @@ the other, and neither exists without the state change that caused it.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -187,13 +188,7 @@ def _rows_insert(recorded: list[RunEvent], outbox: list[OutboxEvent]) -> None:
         (OutboxEvent, outbox),
     )
     for model, rows in batches:
-        # As bulk_create: the serial primary key is the database's to assign (the rows'
-        # ids are not read back; nothing uses them), auto_now_add is set by the compiler.
-        opts = model._meta
-        fields = [f for f in opts.concrete_fields if f is not opts.auto_field and not f.generated]
-        query = InsertQuery(model)
-        query.insert_values(fields, rows)
-        ((statement, values),) = query.get_compiler(connection=connection).as_sql()
+        statement, values = _insert_statement(model, rows)
         statements.append(statement)
         params.extend(values)
     with connection.cursor() as cursor:
@@ -201,6 +196,44 @@ def _rows_insert(recorded: list[RunEvent], outbox: list[OutboxEvent]) -> None:
     for row in (*recorded, *outbox):
         row._state.adding = False
         row._state.db = connection.alias
+
+
+def _insert_fields(model: type[Model]) -> list[Any]:
+    # As bulk_create: the serial primary key is the database's to assign (the rows' ids
+    # are not read back; nothing uses them).
+    opts = model._meta
+    return [f for f in opts.concrete_fields if f is not opts.auto_field and not f.generated]
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_text(model: type[Model], count: int) -> str:
+    quote = connection.ops.quote_name
+    fields = _insert_fields(model)
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    return (
+        f"INSERT INTO {quote(model._meta.db_table)} "  # noqa: S608 - names are ours
+        f"({', '.join(quote(f.column) for f in fields)}) VALUES {', '.join([row] * count)}"
+    )
+
+
+def _insert_statement(model: type[Model], rows: list[Any]) -> tuple[str, list[Any]]:
+    """The multi-row INSERT of ``rows``: values as the ORM's insert compiler prepares them
+    (``pre_save``, which sets ``auto_now_add``, then ``get_db_prep_save``), the statement
+    text built once per row count. A value the compiler would have to compile (an
+    expression, a field with its own placeholder) goes through the compiler instead.
+    """
+    fields = _insert_fields(model)
+    values: list[Any] = []
+    for row in rows:
+        for f in fields:
+            value = f.pre_save(row, True)
+            if hasattr(value, "resolve_expression") or hasattr(f, "get_placeholder"):
+                query = InsertQuery(model)
+                query.insert_values(fields, rows)
+                ((statement, compiled),) = query.get_compiler(connection=connection).as_sql()
+                return statement, list(compiled)
+            values.append(f.get_db_prep_save(value, connection=connection))
+    return _insert_text(model, len(rows)), values
 
 
 def event_record(
