@@ -80,6 +80,8 @@ def zombies_reap(*, limit: int = 100) -> ReapReport:
             ).update(lease_owner="", lease_until=None, recoveries=F("recoveries") + 1)
             if not cleared:
                 continue
+            # Registered first, so the run's wake-up is the first thing sent on commit.
+            dispatch.run_wake_on_commit(run_id=run.id, step_no=run.step_no, status=run.status)
             events_record(
                 task=run.task,
                 run=run,
@@ -91,7 +93,6 @@ def zombies_reap(*, limit: int = 100) -> ReapReport:
                     ),
                 ],
             )
-            dispatch.run_wake_on_commit(run_id=run.id, step_no=run.step_no, status=run.status)
             report.recovered += 1
     report.redispatched = run_recover_stalled(
         stall_after=timedelta(seconds=settings.RUN_STALL_SECONDS)

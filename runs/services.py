@@ -341,8 +341,10 @@ def _task_create(
         # Nobody else can append to a run inserted in this transaction: its first
         # sequence numbers are reserved by the INSERT itself instead of an UPDATE.
         run = Run.objects.create(task=task, run_no=run_no, last_sequence_no=len(first))
-        events_record(task=task, run=run, events=first, reserved=(len(first), len(first)))
+        # Registered first, so the run's wake-up is the first thing sent on commit (before
+        # the relay's wake-up, the live views' announcement and the metrics).
         dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
+        events_record(task=task, run=run, events=first, reserved=(len(first), len(first)))
         return Submission(task=task, run=run, created=True)
 
 
@@ -440,6 +442,9 @@ def run_cancel_request(*, run: Run, by: str, reason: str = "") -> bool:
         locked = Run.objects.select_for_update().select_related("task").get(pk=run.pk)
         if locked.status in TERMINAL:
             return False
+        # A run that no worker holds (queued, awaiting approval) needs a wake-up to end;
+        # sent first on commit, before the event's wake-ups.
+        dispatch.run_wake_on_commit(run_id=locked.id, step_no=locked.step_no, status=locked.status)
         if locked.cancel_requested_at is None:
             Run.objects.filter(pk=run.pk).update(
                 cancel_requested_at=timezone.now(),
@@ -453,8 +458,6 @@ def run_cancel_request(*, run: Run, by: str, reason: str = "") -> bool:
                 data={"by": by, "reason": reason},
                 actor=by,
             )
-        # A run that no worker holds (queued, awaiting approval) needs a wake-up to end.
-        dispatch.run_wake_on_commit(run_id=locked.id, step_no=locked.step_no, status=locked.status)
     return True
 
 
@@ -538,6 +541,7 @@ def _approval_decide(
         approval.decided_by = by
         approval.comment = comment
         approval.save(update_fields=["status", "decided_at", "decided_by", "comment"])
+        dispatch.run_wake_on_commit(run_id=locked.id, step_no=locked.step_no, status=locked.status)
         event_record(
             task=locked.task,
             run=locked,
@@ -545,7 +549,6 @@ def _approval_decide(
             data={"by": by, "comment": comment, "patch_sha256": approval.patch_sha256},
             actor=by,
         )
-        dispatch.run_wake_on_commit(run_id=locked.id, step_no=locked.step_no, status=locked.status)
     return approval
 
 
@@ -619,13 +622,13 @@ def approvals_expire(*, now: Any = None) -> int:
             approval.status = Approval.Status.EXPIRED
             approval.decided_at = now
             approval.save(update_fields=["status", "decided_at"])
+            dispatch.run_wake_on_commit(run_id=run.id, step_no=run.step_no, status=run.status)
             event_record(
                 task=run.task,
                 run=run,
                 type="agent.approval.expired",
                 data={"expired_at": approval.expires_at.isoformat()},
             )
-            dispatch.run_wake_on_commit(run_id=run.id, step_no=run.step_no, status=run.status)
             expired += 1
     return expired
 
