@@ -363,6 +363,16 @@ def work_run_now(*, kind: str, key: str) -> str:
     return "missing" if pk is None else work_execute(item_id=pk)
 
 
+def work_wake_key(*, kind: str, key: str) -> int:
+    """Wake the item of ``kind`` and ``key`` if it is still pending; how many were sent."""
+    pairs = list(
+        WorkItem.objects.filter(kind=kind, key=key, status=WorkItem.Status.PENDING).values_list(
+            "pk", "queue"
+        )
+    )
+    return work_wake(pairs) if pairs else 0
+
+
 def _failed(item: WorkItem, spec: WorkKind, exc: Exception) -> str:
     error = f"{type(exc).__name__}: {exc}"[:2000]
     permanent = isinstance(exc, (PermanentWorkError, *spec.permanent))

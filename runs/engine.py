@@ -799,16 +799,26 @@ AFTER_TERMINAL = "run.after_terminal"
 
 
 def _after_terminal(run_id: uuid.UUID) -> None:
-    """Clean the sandbox, then run the after-terminal work item now rather than waiting
-    for its wake-up (a failure leaves it to its retries and the work sweep)."""
-    from jobs.work import work_run_now
+    """Clean the sandbox, then run the after-terminal work item now (it was recorded
+    without a wake-up). If running it here raised (the database went away meanwhile),
+    its wake-up is sent, so a worker retries it at once rather than the work sweep
+    ``WORK_REWAKE_SECONDS`` later; a failure of the item's own handler is retried by
+    the item's backoff."""
+    from jobs.work import work_run_now, work_wake_key
     from runs.agent.sandbox import run_workdirs_remove
 
-    run_workdirs_remove(run_id)
+    try:
+        run_workdirs_remove(run_id)
+    except Exception:
+        log.exception("run.workdirs_remove_failed", run_id=str(run_id))
     try:
         work_run_now(kind=AFTER_TERMINAL, key=str(run_id))
     except Exception:
         log.exception("run.after_terminal_failed", run_id=str(run_id))
+        try:
+            work_wake_key(kind=AFTER_TERMINAL, key=str(run_id))
+        except Exception:
+            log.warning("run.after_terminal_wake_failed", run_id=str(run_id), exc_info=True)
 
 
 def run_drive_inline(*, run_id: uuid.UUID | str, max_steps: int = 500) -> Run:
