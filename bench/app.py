@@ -3,7 +3,7 @@
 ``celery -A bench.app worker`` runs the real step protocol (lease, heartbeat, fenced
 commit, timeline, outbox, dispatch) with handlers that do nothing but move the run to its
 next status, so what is measured is the platform's bookkeeping, not git or a model.
-Every task started is counted in the Redis hash ``bench:tasks`` (by task name).
+Every task run is counted in the Redis hash ``bench:tasks`` (by task name).
 """
 
 from __future__ import annotations
@@ -69,7 +69,9 @@ def _install(**kwargs: Any) -> None:
     engine._handlers = lambda: handlers
 
 
-@signals.task_prerun.connect
+@signals.task_postrun.connect
 def _count(sender: Any = None, **kwargs: Any) -> None:
+    # After the task, not before: a Redis round trip of the benchmark's own must not sit
+    # between a wake-up and the step's start (figure 2) when the baseline has none there.
     if _redis is not None:
         _redis.hincrby("bench:tasks", getattr(sender, "name", "?"), 1)
