@@ -9,6 +9,7 @@ at every sync/async boundary of the middleware chain.
 """
 
 import os
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -22,7 +23,7 @@ from asgiref.sync import iscoroutinefunction
 from django.conf import settings
 from django.core.asgi import get_asgi_application
 from django.core.wsgi import get_wsgi_application
-from django.urls import Resolver404, get_resolver
+from django.urls import URLResolver, get_resolver
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -35,13 +36,28 @@ wsgi_handler = WSGIMiddleware(
 )
 
 
+def _stream_routes() -> list[re.Pattern[str]]:
+    """The full path patterns of the async views, read once from the URLconf."""
+    found: list[re.Pattern[str]] = []
+
+    def walk(patterns: list[Any], prefix: str) -> None:
+        for entry in patterns:
+            regex = entry.pattern.regex.pattern.removeprefix("^")
+            if isinstance(entry, URLResolver):
+                walk(entry.url_patterns, prefix + regex)
+            elif iscoroutinefunction(entry.callback):
+                found.append(re.compile("/" + prefix + regex))
+
+    walk(get_resolver().url_patterns, "")
+    return found
+
+
+_STREAM_ROUTES = _stream_routes()
+
+
 def streams(path: str) -> bool:
     """Whether ``path`` is served by an async view (a live stream)."""
-    try:
-        match = get_resolver().resolve(path)
-    except Resolver404:
-        return False
-    return iscoroutinefunction(match.func)
+    return any(route.match(path) for route in _STREAM_ROUTES)
 
 
 def _body_unsized(scope: Scope) -> bool:
