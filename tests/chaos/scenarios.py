@@ -216,8 +216,14 @@ class Harness:
             )
         )
         low, high = (1.5, 3.0) if self.profile.name == "light" else (3.0, 6.0)
-        while feeder.is_alive() or invariants.work_open(db(lambda: invariants.progress(load))):
+
+        def work_open() -> bool:
+            return feeder.is_alive() or invariants.work_open(db(lambda: invariants.progress(load)))
+
+        while work_open():
             time.sleep(self.rng.uniform(low, high))
+            if not work_open():  # the last run ended during the pause
+                break
             name = self.rng.choice(["worker1", "worker2"])
             self.mark_fault(load)
             self.stack.children[name].kill()
