@@ -119,6 +119,14 @@ class LeaderDatabaseScheduler(DatabaseScheduler):
             self._heap = None
         return float(super().tick(*args, **kwargs))
 
+    def reserve(self, entry: Any) -> Any:
+        new_entry = super().reserve(entry)
+        # django-celery-beat keeps the sent entry's previous copy (its old last_run_at) in
+        # the schedule; a heap rebuilt from it before the next sync (the tables changed
+        # twice within one tick: a second beat starting up) sent the entry again at once.
+        self._schedule[new_entry.name] = new_entry
+        return new_entry
+
     def close(self) -> None:
         try:
             super().close()
