@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
@@ -9,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.db import connections, router
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
@@ -52,16 +54,54 @@ def api_token_resolve(secret: str) -> ApiToken | None:
     if not secret.startswith(TOKEN_PREFIX) or len(secret) > 200:
         return None
     digest = _hash(secret)
-    candidates = ApiToken.objects.select_related("user").filter(
-        prefix=secret[: len(TOKEN_PREFIX) + 8], revoked_at__isnull=True
-    )
-    for token in candidates:
+    for token in _tokens_live(prefix=secret[: len(TOKEN_PREFIX) + 8]):
         if hmac.compare_digest(token.key_hash, digest) and token.user.is_active:
             now = timezone.now()
             if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
                 ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
             return token
     return None
+
+
+def _tokens_live(*, prefix: str) -> list[ApiToken]:
+    """Unrevoked tokens with this prefix, each with its user loaded.
+
+    Every authenticated request runs this lookup: one prepared statement, the rows built
+    with ``from_db`` as the ORM builds them, instead of compiling the same queryset
+    (``select_related("user").filter(...)``) on every request.
+    """
+    sql, token_fields, user_fields = _tokens_live_sql()
+    alias = router.db_for_read(ApiToken)
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql, [prefix])
+        rows = cursor.fetchall()
+    tokens = []
+    split = len(token_fields)
+    for row in rows:
+        token = ApiToken.from_db(alias, token_fields, row[:split])
+        token.user = User.from_db(alias, user_fields, row[split:])
+        tokens.append(token)
+    return tokens
+
+
+@functools.cache
+def _tokens_live_sql() -> tuple[str, list[str], list[str]]:
+    token_meta, user_meta = ApiToken._meta, User._meta
+    quote = connections[router.db_for_read(ApiToken)].ops.quote_name
+    columns = [f"t.{quote(f.column)}" for f in token_meta.concrete_fields]
+    columns += [f"u.{quote(f.column)}" for f in user_meta.concrete_fields]
+    user_fk, user_pk = token_meta.get_field("user").column, user_meta.pk.column
+    sql = (
+        f"SELECT {', '.join(columns)} FROM {quote(token_meta.db_table)} t"  # noqa: S608 - names are ours
+        f" JOIN {quote(user_meta.db_table)} u ON u.{quote(user_pk)} = t.{quote(user_fk)}"
+        f" WHERE t.{quote(token_meta.get_field('prefix').column)} = %s"
+        f" AND t.{quote(token_meta.get_field('revoked_at').column)} IS NULL"
+    )
+    return (
+        sql,
+        [f.attname for f in token_meta.concrete_fields],
+        [f.attname for f in user_meta.concrete_fields],
+    )
 
 
 def bearer_secret(header: str) -> str | None:
