@@ -78,9 +78,14 @@ class SequenceCursorPagination:
             raise ValidationError({name: ["out of range"]})
         return value
 
+    @staticmethod
+    def _sequence_no(row: Any) -> int:
+        """The sequence number of a row of the page: a model instance or a ``values()`` row."""
+        return int(row["sequence_no"] if isinstance(row, dict) else row.sequence_no)
+
     def response(self, data: list[Any]) -> Response:
         next_url = None
-        last = self.page[-1].sequence_no if self.page else self.after
+        last = self._sequence_no(self.page[-1]) if self.page else self.after
         if self.has_more:
             url = self.request.build_absolute_uri()
             next_url = replace_query_param(url, "after", last)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.http import Http404
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -17,7 +18,7 @@ from agentplatform.api.errors import ProblemError
 from agentplatform.api.filters import RunFilter, StrictFilterBackend
 from agentplatform.api.pagination import LimitOffsetPagination, SequenceCursorPagination
 from agentplatform.api.rows import ListRows
-from agentplatform.api.scoping import workspace_ids_for
+from agentplatform.api.scoping import workspace_ids_for, workspace_ids_query
 from agentplatform.api.selectors import run_budget_usage, run_current_step
 from agentplatform.api.strict import StrictInput, body_refuse
 from runs.models import Artifact, Run, RunEvent, Task, Workspace
@@ -182,13 +183,24 @@ class RunEventListApi(APIView):
         ),
     )
     def get(self, request: Request, pk: Any) -> Response:
-        run = _run_get(request, pk)
+        # One statement says whether the run is the caller's (the memberships as a
+        # subquery); the page is then read as plain rows, rendered by the serializer's
+        # own fields.
+        visible = Run.objects.filter(
+            pk=pk, task__workspace_id__in=workspace_ids_query(user=request.user)
+        )
+        if not visible.exists():
+            raise Http404("No Run matches the given query.")
         paginator = SequenceCursorPagination()
-        page = paginator.paginate(queryset=RunEvent.objects.filter(run=run), request=request)
-        data = self.OutputSerializer(page, many=True).data
-        # many=True builds a ListSerializer whose data is a ReturnList; the stubs type the
-        # call as the child serializer and its data as a ReturnDict.
-        return paginator.response(data)  # type: ignore[arg-type]
+        page = paginator.paginate(
+            queryset=RunEvent.objects.filter(run_id=pk).values(*_EVENT_ROWS.columns),
+            request=request,
+        )
+        return paginator.response(_EVENT_ROWS.render(page))
+
+
+# A page of a run's timeline as plain rows, each rendered as the serializer renders one.
+_EVENT_ROWS = ListRows(RunEventListApi.OutputSerializer, {})
 
 
 class ArtifactOutputSerializer(serializers.ModelSerializer):
