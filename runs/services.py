@@ -7,6 +7,7 @@ the orchestrator, which decides.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import random
@@ -72,15 +73,39 @@ def admission_check(*, workspace: Workspace, repository: Repository, margin: int
     Call under the workspace's exclusive admission lock (``_lock_workspace``), or holding
     an admission lane with ``margin`` set to the number of lanes (``_lane_take``).
     """
-    # Both counts in one scan of the workspace's active runs.
-    counts = Run.objects.filter(task__workspace=workspace, status__in=ACTIVE).aggregate(
-        workspace=Count("pk"), repository=Count("pk", filter=Q(task__repository=repository))
+    in_workspace, in_repository = _active_runs_count(
+        workspace_id=workspace.pk, repository_id=repository.pk
     )
-    if counts["workspace"] + margin >= workspace.max_active_runs:
+    if in_workspace + margin >= workspace.max_active_runs:
         return _workspace_full(workspace)
-    if counts["repository"] + margin >= repository.max_active_runs:
+    if in_repository + margin >= repository.max_active_runs:
         return _repository_full(repository)
     return _budget_refusal(workspace)
+
+
+def _active_runs_count(*, workspace_id: int, repository_id: int) -> tuple[int, int]:
+    """Active runs of the workspace and, among them, of the repository: one scan.
+
+    Every submission counts: a fixed statement (the same one the ORM would compile from
+    ``aggregate(Count(...), Count(..., filter=...))``), not a queryset built each time.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_active_runs_count_sql(), [repository_id, workspace_id])
+        in_workspace, in_repository = cursor.fetchone()
+    return int(in_workspace), int(in_repository)
+
+
+@functools.cache
+def _active_runs_count_sql() -> str:
+    quote = connection.ops.quote_name
+    run, task = quote(Run._meta.db_table), quote(Task._meta.db_table)
+    statuses = ", ".join(f"'{status}'" for status in sorted(ACTIVE))  # our own enum values
+    return (
+        f"SELECT COUNT({run}.{quote('id')}),"  # noqa: S608 - names are ours
+        f" COUNT({run}.{quote('id')}) FILTER (WHERE {task}.{quote('repository_id')} = %s)"
+        f" FROM {run} INNER JOIN {task} ON ({run}.{quote('task_id')} = {task}.{quote('id')})"
+        f" WHERE ({run}.{quote('status')} IN ({statuses}) AND {task}.{quote('workspace_id')} = %s)"
+    )
 
 
 def _workspace_full(workspace: Workspace) -> str:
