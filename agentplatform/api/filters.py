@@ -33,6 +33,10 @@ class StrictFilterBackend(DjangoFilterBackend):
             )
             if empty:
                 raise ValidationError({name: ["may not be empty"] for name in empty})
+            if not any(name in request.query_params for name in filterset_class.base_filters):
+                # No filter given: the filterset would bind and validate an empty form
+                # and return the queryset as it is, at a tenth of a list page's CPU.
+                return queryset
         return super().filter_queryset(request, queryset, view)
 
 
