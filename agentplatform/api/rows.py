@@ -7,11 +7,15 @@ the list and the detail cannot drift apart while the list costs a fraction per r
 
 from __future__ import annotations
 
+import datetime
 import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from rest_framework import serializers
+from django.conf import settings
+from django.utils import timezone
+from rest_framework import ISO_8601, serializers
+from rest_framework.settings import api_settings
 
 
 class ListRows:
@@ -36,18 +40,53 @@ class ListRows:
                 fields.append((name, str(field.source), field.to_representation))
         return fields
 
+    @functools.cached_property
+    def _datetimes(self) -> frozenset[str]:
+        """Fields that are date-times in the default ISO 8601 form, in the current zone."""
+        return frozenset(
+            name
+            for name, field in self.serializer_class().fields.items()
+            if type(field) is serializers.DateTimeField
+            and not hasattr(field, "format")
+            and not hasattr(field, "timezone")
+            and str(api_settings.DATETIME_FORMAT).lower() == ISO_8601
+        )
+
     @property
     def columns(self) -> list[str]:
         return [column for _, column, _ in self.fields]
 
     def render(self, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        # The current time zone is looked up once a page, not once a date-time.
+        zone = timezone.get_current_timezone() if settings.USE_TZ else None
+        fields = [
+            (name, column, _iso_datetime(zone, render) if name in self._datetimes else render)
+            for name, column, render in self.fields
+        ]
         return [
             {
                 name: None if row[column] is None else render(row[column])
-                for name, column, render in self.fields
+                for name, column, render in fields
             }
             for row in rows
         ]
+
+
+def _iso_datetime(
+    zone: datetime.tzinfo | None, fallback: Callable[[Any], Any]
+) -> Callable[[Any], Any]:
+    """``DateTimeField.to_representation`` for aware date-times, with the zone given."""
+
+    def render(value: Any) -> Any:
+        if zone is None or not isinstance(value, datetime.datetime) or value.utcoffset() is None:
+            return fallback(value)
+        try:
+            text = value.astimezone(zone).isoformat()
+        except OverflowError:
+            return fallback(value)  # the field's own error
+        return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+    return render
 
 
 def _same(value: Any) -> Any:
