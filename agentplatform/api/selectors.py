@@ -2,16 +2,82 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
 from jobs.models import OutboxEvent
 from runs.agent.budget import budget_used
-from runs.models import Run, RunEvent, Task
+from runs.models import Membership, Repository, Run, RunEvent, Task, Workspace
 from runs.services import Submission
 from runs.state import TERMINAL
+
+
+def repository_of_member(*, user: Any, repository_id: int) -> Repository | None:
+    """The repository with this id, its workspace loaded, if ``user`` is a member there.
+
+    What ``Repository.objects.filter(workspace_id__in=<memberships>)
+    .select_related("workspace").get(pk=...)`` returns, as one fixed statement: every
+    submission looks its repository up, and compiling that queryset cost more CPU than
+    the rest of the lookup.
+    """
+    if user is None or not user.is_authenticated:
+        return None
+    low, high = connection.ops.integer_field_range(Repository._meta.pk.get_internal_type())
+    if not low <= repository_id <= high:  # as the ORM: out of range matches nothing
+        return None
+    sql, repository_fields, workspace_fields = _repository_of_member_sql()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [repository_id, user.pk])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    split = len(repository_fields)
+    repository = Repository.from_db(
+        connection.alias,
+        [f.attname for f in repository_fields],
+        _converted(repository_fields, row[:split]),
+    )
+    repository.workspace = Workspace.from_db(
+        connection.alias,
+        [f.attname for f in workspace_fields],
+        _converted(workspace_fields, row[split:]),
+    )
+    return repository
+
+
+def _converted(fields: list[Any], values: tuple[Any, ...]) -> list[Any]:
+    """Column values as the ORM hands them to a model (JSON decoded, and so on)."""
+    out = []
+    for field, value in zip(fields, values, strict=True):
+        col = field.get_col(field.model._meta.db_table)
+        for convert in connection.ops.get_db_converters(col) + col.get_db_converters(connection):
+            value = convert(value, col, connection)
+        out.append(value)
+    return out
+
+
+@functools.cache
+def _repository_of_member_sql() -> tuple[str, list[Any], list[Any]]:
+    quote = connection.ops.quote_name
+    repository_fields = list(Repository._meta.concrete_fields)
+    workspace_fields = list(Workspace._meta.concrete_fields)
+    columns = [f"r.{quote(f.column)}" for f in repository_fields]
+    columns += [f"w.{quote(f.column)}" for f in workspace_fields]
+    membership = Membership._meta
+    repository_table, workspace_table = Repository._meta.db_table, Workspace._meta.db_table
+    sql = (
+        f"SELECT {', '.join(columns)} FROM {quote(repository_table)} r"  # noqa: S608 - names are ours
+        f" INNER JOIN {quote(workspace_table)} w"
+        f" ON (r.{quote('workspace_id')} = w.{quote('id')})"
+        f" WHERE r.{quote('id')} = %s AND r.{quote('workspace_id')} IN"
+        f" (SELECT m.{quote('workspace_id')} FROM {quote(membership.db_table)} m"
+        f" WHERE m.{quote('user_id')} = %s)"
+    )
+    return sql, repository_fields, workspace_fields
 
 
 def submission_outcome(*, submission: Submission) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from rest_framework.response import Response
 from agentplatform.api.filters import StrictFilterBackend, TaskFilter
 from agentplatform.api.pagination import LimitOffsetPagination
 from agentplatform.api.rows import ListRows
-from agentplatform.api.scoping import workspace_ids_for, workspace_ids_query
-from agentplatform.api.selectors import submission_outcome
+from agentplatform.api.scoping import workspace_ids_for
+from agentplatform.api.selectors import repository_of_member, submission_outcome
 from agentplatform.api.strict import StrictInput
 from runs.models import Repository, Task, Workspace
 from runs.services import Submission, task_submit
@@ -77,11 +77,32 @@ class TaskBudgetInputSerializer(StrictInput):
     cost_usd = serializers.FloatField(min_value=0, required=False)
 
 
+class CallerRepositoryField(serializers.PrimaryKeyRelatedField):  # type: ignore[type-arg]
+    """A repository id among the caller's workspaces, read by one fixed statement.
+
+    Validates and answers as ``PrimaryKeyRelatedField`` over the caller's repositories
+    does (the same messages for a wrong type and for an id that is not theirs).
+    """
+
+    def to_internal_value(self, data: Any) -> Repository:
+        try:
+            if isinstance(data, bool):
+                raise TypeError
+            repository_id = Repository._meta.pk.get_prep_value(data)
+        except (TypeError, ValueError):
+            self.fail("incorrect_type", data_type=type(data).__name__)
+        request = self.context["request"]
+        repository = repository_of_member(user=request.user, repository_id=repository_id)
+        if repository is None:
+            self.fail("does_not_exist", pk_value=data)
+        return repository
+
+
 class TaskCollectionApi(generics.ListAPIView):
     """List the caller's tasks (GET) or submit a new one (POST)."""
 
     class CreateInputSerializer(StrictInput):
-        repository = serializers.PrimaryKeyRelatedField(
+        repository = CallerRepositoryField(
             queryset=Repository.objects.none(),
             help_text="Repository id; it decides the workspace of the task.",
         )
@@ -99,17 +120,6 @@ class TaskCollectionApi(generics.ListAPIView):
         model_options = serializers.DictField(
             default=dict, help_text="Per-task model options (e.g. the scripted transcript)."
         )
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            request = self.context.get("request")
-            if request is not None:  # schema generation builds it without one
-                repository = self.fields["repository"]
-                assert isinstance(repository, serializers.PrimaryKeyRelatedField)
-                # The caller's memberships as a subquery: one statement, not two.
-                repository.queryset = Repository.objects.filter(
-                    workspace_id__in=workspace_ids_query(user=request.user)
-                ).select_related("workspace")
 
     class CreateOutputSerializer(serializers.Serializer):
         task_id = serializers.UUIDField()
