@@ -73,6 +73,22 @@ def beat_schedules_ensure(*, reset: bool = False) -> list[str]:
     return created
 
 
+def beat_schedule_every(name: str, seconds: int) -> None:
+    """Run the schedule ``name`` every ``seconds`` (as an operator's edit in the admin)."""
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask, PeriodicTasks
+
+    if seconds < 1:
+        raise ValueError(f"a schedule runs at most every second, not every {seconds}")
+    with transaction.atomic():
+        interval, _ = IntervalSchedule.objects.get_or_create(
+            every=seconds, period=IntervalSchedule.SECONDS
+        )
+        if not PeriodicTask.objects.filter(name=name).update(interval=interval):
+            raise LookupError(f"no schedule named {name!r}")
+        # Beat re-reads its schedules when this row changes.
+        PeriodicTasks.update_changed()
+
+
 def schedules_after_migrate(**kwargs: Any) -> None:
     """post_migrate: every install (fresh or upgraded) has the registered schedules."""
     beat_schedules_ensure()

@@ -28,6 +28,8 @@ LEASE_SECONDS = 5
 # when this lease runs out; the deployment default (300 s) is sized for slow handlers.
 WORK_LEASE_SECONDS = 20
 STALL_SECONDS = 10
+# Beat's safety nets, every 10 s as deployed, look every 2-3 s here.
+REAP_EVERY = ("zombie reaper=2", "outbox sweep=3", "work sweep=3")
 # A delivery whose processing keeps failing is retried 5 times with doubling delays from
 # this one before it is dead-lettered: about 8-15 s in all instead of the deployment's
 # 30-60 s (a 2 s base), the same retries sooner.
@@ -104,7 +106,9 @@ class Stack:
         os.environ.update({k: v for k, v in self.env.items() if k not in base})
         os.environ.update({k: self.env[k] for k in ("DATABASE_URL", "CELERY_BROKER_URL")})
         self.manage("migrate", "--noinput", "-v", "0")
-        self.manage("beat_schedules")
+        # The safety nets look as often as the short leases need: a killed worker's run is
+        # taken over within a lease and a reaper tick (an operator's interval edit).
+        self.manage("beat_schedules", *(a for e in REAP_EVERY for a in ("--every", e)))
         celery = [python_command(), "-m", "celery", "-A", "agentplatform"]
         self._add(
             "web",
