@@ -6,10 +6,12 @@ simply not in the queryset, so it answers 404, never 403 and never data.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import structlog
 from django.contrib.auth.models import User
+from django.db import connection
 from django.db.models import QuerySet
 from rest_framework.exceptions import NotAuthenticated
 from rest_framework.request import Request
@@ -33,10 +35,22 @@ def workspace_ids_for(*, user: Any, role: str | None = None) -> list[int]:
     """Ids of the workspaces ``user`` belongs to (with ``role`` if given)."""
     if user is None or not user.is_authenticated:
         return []
-    memberships = Membership.objects.filter(user=user)
-    if role is not None:
-        memberships = memberships.filter(role=role)
-    return list(memberships.values_list("workspace_id", flat=True))
+    # Every request of the API starts here: a fixed statement, not a queryset compiled
+    # each time (it was a tenth of a list page's CPU).
+    sql = _workspace_ids_sql(with_role=role is not None)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user.pk] if role is None else [user.pk, role])
+        return [workspace_id for (workspace_id,) in cursor.fetchall()]
+
+
+@functools.cache
+def _workspace_ids_sql(*, with_role: bool) -> str:
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT {quote('workspace_id')} FROM {quote(Membership._meta.db_table)}"  # noqa: S608 - names are ours
+        f" WHERE {quote('user_id')} = %s"
+    )
+    return sql + f" AND {quote('role')} = %s" if with_role else sql
 
 
 def workspace_ids_query(*, user: Any) -> QuerySet[Membership, int]:
