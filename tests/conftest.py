@@ -216,9 +216,7 @@ def web_server(**env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     Yields its base URL and process once ``/healthz`` answers; ``env`` adds settings.
     """
     db = settings.DATABASES["default"]
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "agentplatform.asgi:application", "--port", str(port)],
         cwd=Path(__file__).resolve().parent.parent,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import factory
 from django.contrib.auth import get_user_model
 from django.utils import timezone
@@ -95,3 +97,22 @@ class WebhookReceiptFactory(factory.django.DjangoModelFactory):
         lambda: {"X-GitHub-Event": "issues", "X-Hub-Signature-256": "sha256=abc"}
     )
     payload = factory.LazyFunction(lambda: {"action": "labeled", "issue": {"number": 1}})
+
+
+def member_with_repository(role: str = "member") -> tuple[Any, Workspace, Repository]:
+    """A user who is a member of a new workspace that has one repository."""
+    from runs.models import Membership
+
+    workspace = WorkspaceFactory()
+    user = UserFactory()
+    Membership.objects.create(workspace=workspace, user=user, role=role)
+    return user, workspace, RepositoryFactory(workspace=workspace)
+
+
+def api_client_for(user: Any) -> Any:
+    """A DRF test client signed in as ``user``."""
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    api.force_authenticate(user)
+    return api

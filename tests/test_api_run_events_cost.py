@@ -9,23 +9,25 @@ import json
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
-from rest_framework.test import APIClient
 
 from agentplatform.api.auth import api_token_issue, api_token_resolve, api_token_revoke
 from agentplatform.api.views.runs import RunEventListApi
-from runs.models import Membership, Run, RunEvent
+from runs.models import Run, RunEvent
 from runs.timeline import event_record
-from tests.factories import RepositoryFactory, TaskFactory, UserFactory, WorkspaceFactory
+from tests.factories import (
+    TaskFactory,
+    UserFactory,
+    api_client_for,
+    member_with_repository,
+)
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def member_run():
-    workspace = WorkspaceFactory()
-    user = UserFactory()
-    Membership.objects.create(workspace=workspace, user=user, role="member")
-    task = TaskFactory(workspace=workspace, repository=RepositoryFactory(workspace=workspace))
+    user, workspace, repository = member_with_repository()
+    task = TaskFactory(workspace=workspace, repository=repository)
     run = Run.objects.create(task=task, run_no=1)
     with transaction.atomic():
         for n in range(5):
@@ -33,15 +35,9 @@ def member_run():
     return user, run
 
 
-def _client(user) -> APIClient:
-    api = APIClient()
-    api.force_authenticate(user)
-    return api
-
-
 def test_a_page_of_the_timeline_is_two_statements(member_run) -> None:
     user, run = member_run
-    api = _client(user)
+    api = api_client_for(user)
     with CaptureQueriesContext(connection) as queries:
         response = api.get(f"/api/runs/{run.pk}/events/?limit=2")
     assert response.status_code == 200
@@ -50,21 +46,21 @@ def test_a_page_of_the_timeline_is_two_statements(member_run) -> None:
 
 def test_each_event_is_rendered_as_the_serializer_renders_it(member_run) -> None:
     user, run = member_run
-    body = _client(user).get(f"/api/runs/{run.pk}/events/?after=1&limit=3").json()
+    body = api_client_for(user).get(f"/api/runs/{run.pk}/events/?after=1&limit=3").json()
     events = RunEvent.objects.filter(run=run, sequence_no__gt=1).order_by("sequence_no")[:3]
     expected = json.loads(json.dumps(RunEventListApi.OutputSerializer(events, many=True).data))
     assert body["results"] == expected
     assert body["last_sequence"] == 4
     assert body["next"].endswith(f"/api/runs/{run.pk}/events/?after=4&limit=3")
-    last = _client(user).get(f"/api/runs/{run.pk}/events/?after=4").json()
+    last = api_client_for(user).get(f"/api/runs/{run.pk}/events/?after=4").json()
     assert (last["next"], last["last_sequence"], len(last["results"])) == (None, 5, 1)
-    empty = _client(user).get(f"/api/runs/{run.pk}/events/?after=9").json()
+    empty = api_client_for(user).get(f"/api/runs/{run.pk}/events/?after=9").json()
     assert (empty["next"], empty["last_sequence"], empty["results"]) == (None, 9, [])
 
 
 def test_an_outsider_gets_404_for_the_timeline(member_run) -> None:
     _, run = member_run
-    outsider = _client(UserFactory())
+    outsider = api_client_for(UserFactory())
     response = outsider.get(f"/api/runs/{run.pk}/events/")
     missing = outsider.get("/api/runs/00000000-0000-0000-0000-000000000000/events/")
     assert response.status_code == missing.status_code == 404

@@ -11,11 +11,16 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from agentplatform.api.views.runs import RunListApi, RunOutputSerializer
-from runs.models import Membership, Run
-from tests.factories import RepositoryFactory, TaskFactory, UserFactory, WorkspaceFactory
+from runs.models import Run
+from tests.factories import (
+    RepositoryFactory,
+    TaskFactory,
+    WorkspaceFactory,
+    api_client_for,
+    member_with_repository,
+)
 from tests.query_plans import query_plan
 
 pytestmark = pytest.mark.django_db
@@ -23,10 +28,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def member():
-    workspace = WorkspaceFactory()
-    user = UserFactory()
-    Membership.objects.create(workspace=workspace, user=user, role="member")
-    return user, workspace, RepositoryFactory(workspace=workspace)
+    return member_with_repository()
 
 
 def _runs(workspace, repository, n: int) -> list[Run]:
@@ -36,12 +38,6 @@ def _runs(workspace, repository, n: int) -> list[Run]:
             for _ in range(n)
         ]
     )
-
-
-def _client(user) -> APIClient:
-    api = APIClient()
-    api.force_authenticate(user)
-    return api
 
 
 def test_each_listed_run_is_rendered_as_its_detail_renders_it(member) -> None:
@@ -61,7 +57,7 @@ def test_each_listed_run_is_rendered_as_its_detail_renders_it(member) -> None:
     Run.objects.filter(pk=running.pk).update(
         status=Run.Status.RUNNING, cancel_requested_at=now, step_no=3
     )
-    listed = {row["id"]: row for row in _client(user).get("/api/runs/").json()["results"]}
+    listed = {row["id"]: row for row in api_client_for(user).get("/api/runs/").json()["results"]}
     for run in Run.objects.select_related("task__workspace"):
         detail = dict(RunOutputSerializer(run).data)
         assert listed[str(run.pk)] == {
@@ -75,7 +71,7 @@ def test_each_listed_run_is_rendered_as_its_detail_renders_it(member) -> None:
 
 def test_a_page_costs_the_same_queries_whatever_its_size(member) -> None:
     user, workspace, repository = member
-    api = _client(user)
+    api = api_client_for(user)
     _runs(workspace, repository, 2)
     with CaptureQueriesContext(connection) as small:
         assert len(api.get("/api/runs/").json()["results"]) == 2
@@ -102,7 +98,7 @@ def test_filters_and_scoping_still_apply(member) -> None:
     other = WorkspaceFactory()
     _runs(other, RepositoryFactory(workspace=other), 2)
     Run.objects.filter(pk=mine[0].pk).update(status=Run.Status.FAILED)
-    api = _client(user)
+    api = api_client_for(user)
     assert {r["id"] for r in api.get("/api/runs/").json()["results"]} == {
         str(run.pk) for run in mine
     }

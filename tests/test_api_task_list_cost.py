@@ -8,11 +8,16 @@ import uuid
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from rest_framework.test import APIClient
 
 from agentplatform.api.views.tasks import TaskCollectionApi, TaskOutputSerializer
-from runs.models import Membership, Task
-from tests.factories import RepositoryFactory, TaskFactory, UserFactory, WorkspaceFactory
+from runs.models import Task
+from tests.factories import (
+    RepositoryFactory,
+    TaskFactory,
+    WorkspaceFactory,
+    api_client_for,
+    member_with_repository,
+)
 from tests.query_plans import query_plan
 
 pytestmark = pytest.mark.django_db
@@ -20,20 +25,11 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def member():
-    workspace = WorkspaceFactory()
-    user = UserFactory()
-    Membership.objects.create(workspace=workspace, user=user, role="member")
-    return user, workspace, RepositoryFactory(workspace=workspace)
+    return member_with_repository()
 
 
 def _tasks(workspace, repository, n: int) -> list[Task]:
     return [TaskFactory(workspace=workspace, repository=repository) for _ in range(n)]
-
-
-def _client(user) -> APIClient:
-    api = APIClient()
-    api.force_authenticate(user)
-    return api
 
 
 def test_each_listed_task_is_rendered_as_its_detail_renders_it(member) -> None:
@@ -47,7 +43,7 @@ def test_each_listed_task_is_rendered_as_its_detail_renders_it(member) -> None:
         priority=-7,
         target_branch="release",
     )
-    listed = {row["id"]: row for row in _client(user).get("/api/tasks/").json()["results"]}
+    listed = {row["id"]: row for row in api_client_for(user).get("/api/tasks/").json()["results"]}
     for task in Task.objects.select_related("workspace"):
         detail = dict(TaskOutputSerializer(task).data)
         assert listed[str(task.pk)] == {
@@ -62,7 +58,7 @@ def test_each_listed_task_is_rendered_as_its_detail_renders_it(member) -> None:
 
 def test_a_page_costs_the_same_queries_whatever_its_size(member) -> None:
     user, workspace, repository = member
-    api = _client(user)
+    api = api_client_for(user)
     _tasks(workspace, repository, 2)
     with CaptureQueriesContext(connection) as small:
         assert len(api.get("/api/tasks/").json()["results"]) == 2
@@ -91,7 +87,7 @@ def test_filters_and_scoping_still_apply(member) -> None:
     other = WorkspaceFactory()
     _tasks(other, RepositoryFactory(workspace=other), 2)
     Task.objects.filter(pk=mine[0].pk).update(status=Task.Status.FAILED)
-    api = _client(user)
+    api = api_client_for(user)
     assert {t["id"] for t in api.get("/api/tasks/").json()["results"]} == {
         str(task.pk) for task in mine
     }
