@@ -38,6 +38,7 @@ from django.utils import timezone
 
 from agentplatform import observability
 from runs import dispatch
+from runs.db_rows import instance_from_row
 from runs.logs import log
 from runs.models import Approval, PullRequest, Repository, Run, Task, Workspace
 from runs.state import ACTIVE, STEPPABLE, TERMINAL, transition_check
@@ -179,41 +180,6 @@ _LOADED: tuple[tuple[type[Any], str], ...] = (
 )
 
 
-# Per (backend, model): the fields' attribute names and, for each field that has any,
-# its database converters. Asking every field for its converters on every step cost more
-# worker CPU than the lease's round trip.
-_ROW_READERS: dict[tuple[str, type[Any]], tuple[list[str], list[tuple[int, Any, list[Any]]]]] = {}
-
-
-def _row_reader(model: type[Any]) -> tuple[list[str], list[tuple[int, Any, list[Any]]]]:
-    key = (connection.vendor, model)
-    reader = _ROW_READERS.get(key)
-    if reader is None:
-        fields = model._meta.concrete_fields
-        converting = []
-        for index, f in enumerate(fields):
-            converters = connection.ops.get_db_converters(f) + f.get_db_converters(connection)
-            if converters:
-                converting.append((index, f, converters))
-        reader = ([f.attname for f in fields], converting)
-        _ROW_READERS[key] = reader
-    return reader
-
-
-def _instance(model: type[Any], values: Any) -> Any:
-    """A model instance from raw column values, through the fields' database converters."""
-    attnames, converting = _row_reader(model)
-    if len(values) != len(attnames):
-        raise ValueError(f"{len(values)} values for {len(attnames)} columns of {model.__name__}")
-    converted = list(values)
-    for index, f, converters in converting:
-        value = converted[index]
-        for convert in converters:
-            value = convert(value, f, connection)
-        converted[index] = value
-    return model.from_db(connection.alias, attnames, converted)
-
-
 def lease_acquire_loaded(
     *, run_id: uuid.UUID | str, step_no: int, owner: str
 ) -> tuple[Lease, Run] | None:
@@ -281,7 +247,7 @@ def _lease_acquire_loaded(
     offset = 0
     for model, _alias in _LOADED:
         width = len(model._meta.concrete_fields)
-        instances.append(_instance(model, row[offset : offset + width]))
+        instances.append(instance_from_row(model, row[offset : offset + width]))
         offset += width
     run, task, repository, workspace = instances
     # The budget's wall clock leaves out time spent waiting for approvals: a run that

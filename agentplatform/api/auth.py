@@ -10,11 +10,12 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import connections, router
+from django.db import connection
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
+from runs.db_rows import instance_from_row
 from runs.models import ApiToken
 
 TOKEN_PREFIX = "agp_"  # noqa: S105 - a public marker, not a secret
@@ -70,24 +71,22 @@ def _tokens_live(*, prefix: str) -> list[ApiToken]:
     with ``from_db`` as the ORM builds them, instead of compiling the same queryset
     (``select_related("user").filter(...)``) on every request.
     """
-    sql, token_fields, user_fields = _tokens_live_sql()
-    alias = router.db_for_read(ApiToken)
-    with connections[alias].cursor() as cursor:
+    sql, split = _tokens_live_sql()
+    with connection.cursor() as cursor:
         cursor.execute(sql, [prefix])
         rows = cursor.fetchall()
     tokens = []
-    split = len(token_fields)
     for row in rows:
-        token = ApiToken.from_db(alias, token_fields, row[:split])
-        token.user = User.from_db(alias, user_fields, row[split:])
+        token = instance_from_row(ApiToken, row[:split])
+        token.user = instance_from_row(User, row[split:])
         tokens.append(token)
     return tokens
 
 
 @functools.cache
-def _tokens_live_sql() -> tuple[str, list[str], list[str]]:
+def _tokens_live_sql() -> tuple[str, int]:
     token_meta, user_meta = ApiToken._meta, User._meta
-    quote = connections[router.db_for_read(ApiToken)].ops.quote_name
+    quote = connection.ops.quote_name
     columns = [f"t.{quote(f.column)}" for f in token_meta.concrete_fields]
     columns += [f"u.{quote(f.column)}" for f in user_meta.concrete_fields]
     user_fk, user_pk = token_meta.get_field("user").column, user_meta.pk.column
@@ -97,11 +96,7 @@ def _tokens_live_sql() -> tuple[str, list[str], list[str]]:
         f" WHERE t.{quote(token_meta.get_field('prefix').column)} = %s"
         f" AND t.{quote(token_meta.get_field('revoked_at').column)} IS NULL"
     )
-    return (
-        sql,
-        [f.attname for f in token_meta.concrete_fields],
-        [f.attname for f in user_meta.concrete_fields],
-    )
+    return sql, len(token_meta.concrete_fields)
 
 
 def bearer_secret(header: str) -> str | None:

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from jobs.models import OutboxEvent
 from runs.agent.budget import budget_used
+from runs.db_rows import instance_from_row
 from runs.models import Membership, Repository, Run, RunEvent, Task, Workspace
 from runs.services import Submission
 from runs.state import TERMINAL
@@ -29,39 +30,19 @@ def repository_of_member(*, user: Any, repository_id: int) -> Repository | None:
     low, high = connection.ops.integer_field_range(Repository._meta.pk.get_internal_type())
     if not low <= repository_id <= high:  # as the ORM: out of range matches nothing
         return None
-    sql, repository_fields, workspace_fields = _repository_of_member_sql()
+    sql, split = _repository_of_member_sql()
     with connection.cursor() as cursor:
         cursor.execute(sql, [repository_id, user.pk])
         row = cursor.fetchone()
     if row is None:
         return None
-    split = len(repository_fields)
-    repository = Repository.from_db(
-        connection.alias,
-        [f.attname for f in repository_fields],
-        _converted(repository_fields, row[:split]),
-    )
-    repository.workspace = Workspace.from_db(
-        connection.alias,
-        [f.attname for f in workspace_fields],
-        _converted(workspace_fields, row[split:]),
-    )
+    repository = instance_from_row(Repository, row[:split])
+    repository.workspace = instance_from_row(Workspace, row[split:])
     return repository
 
 
-def _converted(fields: list[Any], values: tuple[Any, ...]) -> list[Any]:
-    """Column values as the ORM hands them to a model (JSON decoded, and so on)."""
-    out = []
-    for field, value in zip(fields, values, strict=True):
-        col = field.get_col(field.model._meta.db_table)
-        for convert in connection.ops.get_db_converters(col) + col.get_db_converters(connection):
-            value = convert(value, col, connection)
-        out.append(value)
-    return out
-
-
 @functools.cache
-def _repository_of_member_sql() -> tuple[str, list[Any], list[Any]]:
+def _repository_of_member_sql() -> tuple[str, int]:
     quote = connection.ops.quote_name
     repository_fields = list(Repository._meta.concrete_fields)
     workspace_fields = list(Workspace._meta.concrete_fields)
@@ -77,7 +58,7 @@ def _repository_of_member_sql() -> tuple[str, list[Any], list[Any]]:
         f" (SELECT m.{quote('workspace_id')} FROM {quote(membership.db_table)} m"
         f" WHERE m.{quote('user_id')} = %s)"
     )
-    return sql, repository_fields, workspace_fields
+    return sql, len(repository_fields)
 
 
 def submission_outcome(*, submission: Submission) -> dict[str, Any]:
