@@ -40,6 +40,7 @@ from runs.models import (
     RunEvent,
     Task,
     Workspace,
+    WorkspaceSpend,
 )
 from runs.state import ACTIVE, TERMINAL
 from runs.timeline import event_record
@@ -98,6 +99,35 @@ class WorkspaceAdmin(OperatorAdmin):
     list_display = ("slug", "name", "max_active_runs", "daily_cost_budget_usd", "created_at")
     search_fields = ("slug", "name")
     inlines = [MembershipInline]
+
+
+@admin.register(WorkspaceSpend)
+class WorkspaceSpendAdmin(OperatorAdmin):
+    """What each workspace's daily cost budget is held to: model spend per UTC day.
+
+    Written only with the model turn that costs it; nobody edits, adds or deletes a
+    row by hand, or a budget would stop meaning what it says.
+    """
+
+    list_display = ("day", "workspace", "cost_usd", "budget_usd", "updated_at")
+    list_select_related = ("workspace",)
+    list_filter = ("workspace",)
+    ordering = ("-day", "workspace")
+    date_hierarchy = "day"
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="daily budget")
+    def budget_usd(self, obj: WorkspaceSpend) -> str:
+        budget = obj.workspace.daily_cost_budget_usd
+        return "-" if budget is None else f"{budget}"
 
 
 @admin.register(Repository)

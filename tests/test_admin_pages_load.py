@@ -59,6 +59,11 @@ def _delivery_rows(run: Run) -> None:
             "secret": "s3cret",
         },
         ("jobs", "WorkspaceDailyCost"): {"workspace": workspace, "day": timezone.now().date()},
+        ("runs", "WorkspaceSpend"): {
+            "workspace": workspace,
+            "day": timezone.now().date(),
+            "updated_at": timezone.now(),
+        },
         ("jobs", "Notification"): {"event_id": uuid.uuid4(), "channel": "github_comment"},
         ("webhooks", "WebhookAction"): {"provider": "github", "key": "comment:1"},
     }

@@ -87,3 +87,33 @@ def test_superuser_may_edit_tenants_but_not_runs_or_queue_rows(client: Any, db: 
     ):
         assert client.get(url).context["has_change_permission"] is False
     assert Run.objects.filter(pk=run.pk).exists()
+
+
+def test_daily_spend_is_shown_but_nobody_edits_or_deletes_it(client: Any, db: Any) -> None:
+    from django.utils import timezone
+
+    from runs.models import WorkspaceSpend
+
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    workspace = WorkspaceFactory(daily_cost_budget_usd="5.00")
+    spend = WorkspaceSpend.objects.create(
+        workspace=workspace, day=timezone.now().date(), cost_usd="1.25", updated_at=timezone.now()
+    )
+
+    listing = client.get(reverse("admin:runs_workspacespend_changelist"))
+    assert listing.status_code == 200
+    assert b"1.250000" in listing.content and b"5.00" in listing.content
+
+    page = client.get(reverse("admin:runs_workspacespend_change", args=[spend.pk]))
+    assert page.context["has_change_permission"] is False
+    assert page.context["has_delete_permission"] is False
+    posted = client.post(
+        reverse("admin:runs_workspacespend_change", args=[spend.pk]), {"cost_usd": "0"}
+    )
+    assert posted.status_code == 403
+    deleted = client.post(
+        reverse("admin:runs_workspacespend_delete", args=[spend.pk]), {"post": "yes"}
+    )
+    assert deleted.status_code == 403
+    spend.refresh_from_db()
+    assert str(spend.cost_usd) == "1.250000"
