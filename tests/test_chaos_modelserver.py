@@ -64,3 +64,28 @@ def test_the_script_is_played_turn_by_turn_and_every_request_logged_with_its_key
         ("r1:2:3", "act-3"),
     ]
     assert all(a.at <= b.at for a, b in pairwise(logged))
+
+
+def _reset_mid_request(port: int) -> None:
+    """A client killed in the middle of sending its request: the peer sees a reset."""
+    import socket
+    import struct
+
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 1000\r\n\r\n{")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def test_a_client_killed_mid_request_prints_no_traceback_but_other_errors_do(server, capfd):
+    import time
+
+    _reset_mid_request(server.port)
+    time.sleep(0.3)
+    assert "Traceback" not in capfd.readouterr().err
+
+    try:
+        raise ValueError("a handler bug")
+    except ValueError:
+        server.httpd.handle_error(None, ("127.0.0.1", 1))
+    assert "ValueError: a handler bug" in capfd.readouterr().err

@@ -16,9 +16,10 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from tests.chaos.httpserver import HarnessHTTPServer
 from tests.chaos.services import free_port
 
 PROFILE = "chaos-model"
@@ -78,8 +79,7 @@ class ScriptedModelServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = HarnessHTTPServer(("127.0.0.1", self.port), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
