@@ -52,15 +52,16 @@ class SequenceCursorPagination:
     default_limit = 100
     max_limit = 500
 
-    def paginate(self, *, queryset: QuerySet[Any], request: Request) -> list[Any]:
+    def parse(self, request: Request) -> None:
+        """Read ``after`` and ``limit`` (400 when malformed), for ``page_of`` to follow."""
         self.request = request
         self.after = self._int_param(request, "after", 0)
         self.limit = min(self._int_param(request, "limit", self.default_limit), self.max_limit)
         if self.limit < 1:
             raise ValidationError({"limit": ["must be at least 1"]})
-        rows = list(
-            queryset.filter(sequence_no__gt=self.after).order_by("sequence_no")[: self.limit + 1]
-        )
+
+    def page_of(self, rows: list[Any]) -> list[Any]:
+        """The page from up to ``limit + 1`` rows after the cursor, read in order."""
         self.has_more = len(rows) > self.limit
         self.page = rows[: self.limit]
         return self.page

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.conf import settings
+from django.db import connection, models
 from django.utils import timezone
 from rest_framework import ISO_8601, serializers
 from rest_framework.settings import api_settings
@@ -91,3 +92,36 @@ def _iso_datetime(
 
 def _same(value: Any) -> Any:
     return value
+
+
+def rows_as_values(
+    model: type[models.Model], columns: tuple[str, ...], rows: Iterable[tuple[Any, ...]]
+) -> list[dict[str, Any]]:
+    """Raw rows of ``columns`` (plain field names of ``model``) as ``values()`` returns
+    them: each value through its field's database converters (JSON decoded, and so on)."""
+    converting = _converters(connection.vendor, model, columns)
+    out = []
+    for row in rows:
+        values = list(row)
+        for index, column, converters in converting:
+            value = values[index]
+            for convert in converters:
+                value = convert(value, column, connection)
+            values[index] = value
+        out.append(dict(zip(columns, values, strict=True)))
+    return out
+
+
+@functools.cache
+def _converters(
+    vendor: str, model: type[models.Model], columns: tuple[str, ...]
+) -> list[tuple[int, Any, list[Callable[..., Any]]]]:
+    """(index, column, converters) for each of ``columns`` that has converters."""
+    converting = []
+    for index, name in enumerate(columns):
+        field = model._meta.get_field(name)
+        column = field.get_col(model._meta.db_table)  # type: ignore[union-attr]
+        converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)  # type: ignore[union-attr]
+        if converters:
+            converting.append((index, column, converters))
+    return converting

@@ -53,13 +53,6 @@ def _workspace_ids_sql(*, with_role: bool) -> str:
     return sql + f" AND {quote('role')} = %s" if with_role else sql
 
 
-def workspace_ids_query(*, user: Any) -> QuerySet[Membership, int]:
-    """The same ids as ``workspace_ids_for``, as a subquery to filter by in one statement."""
-    if user is None or not user.is_authenticated:
-        return Membership.objects.none().values_list("workspace_id", flat=True)
-    return Membership.objects.filter(user=user).values_list("workspace_id", flat=True)
-
-
 def workspaces_visible(*, user: Any) -> QuerySet[Workspace]:
     return Workspace.objects.filter(pk__in=workspace_ids_for(user=user))
 

@@ -9,6 +9,7 @@ from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
+from agentplatform.api.rows import rows_as_values
 from jobs.models import OutboxEvent
 from runs.agent.budget import budget_used
 from runs.db_rows import instance_from_row
@@ -59,6 +60,51 @@ def _repository_of_member_sql() -> tuple[str, int]:
         f" WHERE m.{quote('user_id')} = %s)"
     )
     return sql, len(repository_fields)
+
+
+def run_events_page(
+    *, user: Any, run_id: Any, after: int, limit: int, columns: tuple[str, ...]
+) -> list[dict[str, Any]] | None:
+    """Up to ``limit`` events of the run after sequence ``after``, in order, as
+    ``values(*columns)`` rows; None when the run is not in one of ``user``'s workspaces.
+
+    What ``Run.objects.filter(pk=..., task__workspace_id__in=<memberships>).exists()``
+    and ``RunEvent.objects.filter(run_id=..., sequence_no__gt=...).order_by(
+    "sequence_no").values(...)[:limit]`` read, as two fixed statements: compiling those
+    two querysets cost more CPU than the rest of the page.
+    """
+    if user is None or not user.is_authenticated:
+        return None
+    run_pk = Run._meta.pk
+    assert run_pk is not None
+    run_id = run_pk.get_db_prep_value(run_pk.to_python(run_id), connection)
+    visible_sql, page_sql = _run_events_sql(columns)
+    with connection.cursor() as cursor:
+        cursor.execute(visible_sql, [run_id, user.pk])
+        if cursor.fetchone() is None:
+            return None
+        cursor.execute(page_sql, [run_id, after, limit])
+        rows = cursor.fetchall()
+    return rows_as_values(RunEvent, columns, rows)
+
+
+@functools.cache
+def _run_events_sql(columns: tuple[str, ...]) -> tuple[str, str]:
+    quote = connection.ops.quote_name
+    run, task = quote(Run._meta.db_table), quote(Task._meta.db_table)
+    membership, event = quote(Membership._meta.db_table), quote(RunEvent._meta.db_table)
+    visible = (
+        f"SELECT 1 FROM {run} r INNER JOIN {task} t ON r.{quote('task_id')} = t.{quote('id')}"  # noqa: S608 - names are ours
+        f" WHERE r.{quote('id')} = %s AND t.{quote('workspace_id')} IN"
+        f" (SELECT m.{quote('workspace_id')} FROM {membership} m WHERE m.{quote('user_id')} = %s)"
+    )
+    selected = ", ".join(quote(RunEvent._meta.get_field(c).column) for c in columns)  # type: ignore[union-attr, arg-type]
+    page = (
+        f"SELECT {selected} FROM {event}"  # noqa: S608 - names are ours
+        f" WHERE {quote('run_id')} = %s AND {quote('sequence_no')} > %s"
+        f" ORDER BY {quote('sequence_no')} LIMIT %s"
+    )
+    return visible, page
 
 
 def submission_outcome(*, submission: Submission) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from agentplatform.api.errors import ProblemError
 from agentplatform.api.filters import RunFilter, StrictFilterBackend
 from agentplatform.api.pagination import LimitOffsetPagination, SequenceCursorPagination
 from agentplatform.api.rows import ListRows
-from agentplatform.api.scoping import workspace_ids_for, workspace_ids_query
-from agentplatform.api.selectors import run_budget_usage, run_current_step
+from agentplatform.api.scoping import workspace_ids_for
+from agentplatform.api.selectors import run_budget_usage, run_current_step, run_events_page
 from agentplatform.api.strict import StrictInput, body_refuse
 from runs.models import Artifact, Run, RunEvent, Task, Workspace
 from runs.services import run_approve, run_cancel_request, run_reject, task_retry
@@ -183,24 +183,26 @@ class RunEventListApi(APIView):
         ),
     )
     def get(self, request: Request, pk: Any) -> Response:
-        # One statement says whether the run is the caller's (the memberships as a
-        # subquery); the page is then read as plain rows, rendered by the serializer's
-        # own fields.
-        visible = Run.objects.filter(
-            pk=pk, task__workspace_id__in=workspace_ids_query(user=request.user)
-        )
-        if not visible.exists():
-            raise Http404("No Run matches the given query.")
+        # Is the run the caller's, then the page as plain rows (two fixed statements),
+        # rendered by the serializer's own fields.
         paginator = SequenceCursorPagination()
-        page = paginator.paginate(
-            queryset=RunEvent.objects.filter(run_id=pk).values(*_EVENT_ROWS.columns),
-            request=request,
+        paginator.parse(request)
+        rows = run_events_page(
+            user=request.user,
+            run_id=pk,
+            after=paginator.after,
+            limit=paginator.limit + 1,
+            columns=_EVENT_COLUMNS,
         )
+        if rows is None:
+            raise Http404("No Run matches the given query.")
+        page = paginator.page_of(rows)
         return paginator.response(_EVENT_ROWS.render(page))
 
 
 # A page of a run's timeline as plain rows, each rendered as the serializer renders one.
 _EVENT_ROWS = ListRows(RunEventListApi.OutputSerializer, {})
+_EVENT_COLUMNS = tuple(_EVENT_ROWS.columns)
 
 
 class ArtifactOutputSerializer(serializers.ModelSerializer):
