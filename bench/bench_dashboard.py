@@ -121,6 +121,7 @@ def seed(total: int) -> None:
             runs.append(
                 Run(
                     task=task,
+                    workspace_id=task.workspace_id,
                     run_no=1,
                     status=status,
                     started_at=begin,

@@ -1108,6 +1108,7 @@ class Bench:
                             {
                                 "id": "m.rid",
                                 "task_id": "m.tid",
+                                "workspace_id": "m.ws",
                                 "status": "m.st",
                                 "created_at": "m.created",
                                 "started_at": "m.created + interval '1 second'",

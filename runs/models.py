@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import models
@@ -280,6 +280,12 @@ class Run(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="runs")
+    # The task's workspace, copied when the run is created (a task never changes
+    # workspace): the API scopes and lists runs by workspace without joining every run
+    # to its task (see the run_ws_created index).
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="runs", editable=False, db_index=False
+    )
     run_no = models.PositiveIntegerField()
     status = models.CharField(max_length=32, choices=Status.choices, default=Status.QUEUED)
     status_changed_at = models.DateTimeField(auto_now_add=True)
@@ -343,10 +349,19 @@ class Run(models.Model):
             # (runs created in one burst share a created_at). Leads with created_at, so
             # time-window reads (today's cost) use it too.
             models.Index(fields=["-created_at", "id"], name="run_created"),
+            # A workspace's runs in the list's order: a page, and the list's bounded
+            # count, read one range of this index instead of walking every workspace's
+            # runs and looking each one's task up.
+            models.Index(fields=["workspace", "-created_at", "id"], name="run_ws_created"),
         ]
 
     def __str__(self) -> str:
         return f"run {self.run_no} of {self.task_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.workspace_id is None and self.task_id is not None:
+            self.workspace_id = self.task.workspace_id
+        super().save(*args, **kwargs)
 
     @property
     def is_terminal(self) -> bool:

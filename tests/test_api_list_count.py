@@ -22,7 +22,11 @@ def client() -> APIClient:
     repository = RepositoryFactory(workspace=workspace)
     Run.objects.bulk_create(
         [
-            Run(task=TaskFactory(workspace=workspace, repository=repository), run_no=1)
+            Run(
+                task=TaskFactory(workspace=workspace, repository=repository),
+                workspace=workspace,
+                run_no=1,
+            )
             for _ in range(30)
         ]
     )

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agentplatform.api.views.runs import RunListApi, RunOutputSerializer
-from runs.models import Run
+from runs.models import Membership, Run
 from tests.factories import (
     RepositoryFactory,
     TaskFactory,
@@ -34,7 +34,11 @@ def member():
 def _runs(workspace, repository, n: int) -> list[Run]:
     return Run.objects.bulk_create(
         [
-            Run(task=TaskFactory(workspace=workspace, repository=repository), run_no=1)
+            Run(
+                task=TaskFactory(workspace=workspace, repository=repository),
+                workspace=workspace,
+                run_no=1,
+            )
             for _ in range(n)
         ]
     )
@@ -82,14 +86,38 @@ def test_a_page_costs_the_same_queries_whatever_its_size(member) -> None:
     assert len(small.captured_queries) == len(full.captured_queries) == 3
 
 
+def _list_plans(user) -> tuple[str, str]:
+    """The plans of the list's page and of its bounded count."""
+    view = RunListApi()
+    view.request = type("Request", (), {"user": user})()
+    queryset = view.get_queryset()
+    return query_plan(queryset[:50]), query_plan(queryset.values("pk")[:1050])
+
+
 def test_the_list_query_reads_the_index_in_its_order_without_sorting(member) -> None:
     user, workspace, repository = member
     _runs(workspace, repository, 20)
-    view = RunListApi()
-    view.request = type("Request", (), {"user": user})()
-    plan = query_plan(view.get_queryset()[:50])
-    assert "run_created" in plan, plan
-    assert "Sort" not in plan, plan
+    # One workspace: one range of the workspace's index, no join to the tasks.
+    for plan in _list_plans(user):
+        assert "run_ws_created" in plan, plan
+        assert "Sort" not in plan and "runs_task" not in plan, plan
+    # Several: the list's order over all runs, filtered by the run's own workspace.
+    other = WorkspaceFactory()
+    Membership.objects.create(workspace=other, user=user, role="member")
+    _runs(other, RepositoryFactory(workspace=other), 3)
+    page, count = _list_plans(user)
+    assert "run_created" in page and "Sort" not in page and "runs_task" not in page, page
+    assert "runs_task" not in count, count
+
+
+def test_a_run_carries_its_tasks_workspace(member) -> None:
+    _, workspace, repository = member
+    run = Run.objects.create(task=TaskFactory(workspace=workspace, repository=repository), run_no=1)
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.COMPLETED)
+    follow_up = Run(task=run.task, run_no=2)
+    follow_up.save()
+    assert run.workspace_id == follow_up.workspace_id == workspace.pk
+    assert Run.objects.get(pk=run.pk).workspace_id == workspace.pk
 
 
 def test_filters_and_scoping_still_apply(member) -> None:

@@ -41,7 +41,11 @@ def _submit(repository) -> str:
 def test_the_budget_check_reads_one_row_of_the_spend_and_no_runs(budgeted) -> None:
     workspace, repository = budgeted
     Run.objects.bulk_create(
-        Run(task=TaskFactory(workspace=workspace, repository=repository), run_no=1)
+        Run(
+            task=TaskFactory(workspace=workspace, repository=repository),
+            workspace=workspace,
+            run_no=1,
+        )
         for _ in range(30)
     )
     workspace_spend_add(workspace_id=workspace.pk, cost=Decimal("0.5"))

@@ -91,11 +91,10 @@ def run_events_page(
 @functools.cache
 def _run_events_sql(columns: tuple[str, ...]) -> tuple[str, str]:
     quote = connection.ops.quote_name
-    run, task = quote(Run._meta.db_table), quote(Task._meta.db_table)
+    run = quote(Run._meta.db_table)
     membership, event = quote(Membership._meta.db_table), quote(RunEvent._meta.db_table)
     visible = (
-        f"SELECT 1 FROM {run} r INNER JOIN {task} t ON r.{quote('task_id')} = t.{quote('id')}"  # noqa: S608 - names are ours
-        f" WHERE r.{quote('id')} = %s AND t.{quote('workspace_id')} IN"
+        f"SELECT 1 FROM {run} r WHERE r.{quote('id')} = %s AND r.{quote('workspace_id')} IN"  # noqa: S608 - names are ours
         f" (SELECT m.{quote('workspace_id')} FROM {membership} m WHERE m.{quote('user_id')} = %s)"
     )
     selected = ", ".join(quote(RunEvent._meta.get_field(c).column) for c in columns)  # type: ignore[union-attr, arg-type]
