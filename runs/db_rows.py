@@ -1,4 +1,5 @@
-"""Model instances from raw rows of a hand-written statement, as the ORM builds them.
+"""Model instances from raw rows of a hand-written statement, as the ORM builds them, and
+model instances as JSON rows for a hand-written INSERT.
 
 Hot paths (a step's lease, a request's token and repository) read their rows with one
 fixed statement instead of compiling a queryset each time; the rows still become model
@@ -7,9 +8,10 @@ instances through each field's database converters (JSON decoded, and so on).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import connection, models
 
 # Per (backend, model): the fields' attribute names and, for each field that has any,
 # its database converters. Asking every field for its converters on every step cost more
@@ -44,3 +46,55 @@ def instance_from_row(model: type[Any], values: Any) -> Any:
             value = convert(value, f, connection)
         converted[index] = value
     return model.from_db(connection.alias, attnames, converted)
+
+
+# Per model: how each concrete field's value goes into a JSON row (see ``row_json``).
+_JSON_WRITERS: dict[type[Any], list[tuple[str, str, str]]] = {}
+
+
+def _json_writer(model: type[Any]) -> list[tuple[str, str, str]]:
+    writer = _JSON_WRITERS.get(model)
+    if writer is None:
+        writer = []
+        for f in model._meta.concrete_fields:
+            target = f.target_field if f.is_relation else f
+            if isinstance(target, models.DateTimeField):
+                stamped = not f.is_relation and (f.auto_now or f.auto_now_add)
+                kind = "now" if stamped else "datetime"
+            elif isinstance(target, models.UUIDField | models.DecimalField):
+                kind = "str"
+            elif isinstance(
+                target,
+                models.JSONField
+                | models.CharField
+                | models.TextField
+                | models.IntegerField
+                | models.BooleanField,
+            ):
+                kind = "value"  # JSON holds these as they are
+            else:
+                raise TypeError(f"{model.__name__}.{f.name}: no JSON form for this field")
+            writer.append((f.attname, f.column, kind))
+        _JSON_WRITERS[model] = writer
+    return writer
+
+
+def row_json(instance: Any, now: datetime) -> dict[str, Any]:
+    """Every column of ``instance`` as a JSON object for ``jsonb_populate_record``.
+
+    Values are what the instance holds (its defaults applied by the constructor);
+    ``auto_now``/``auto_now_add`` fields take ``now`` and the instance is given it, as
+    saving would. JSON fields go in as JSON, so PostgreSQL stores what the ORM would.
+    """
+    row: dict[str, Any] = {}
+    for attname, column, kind in _json_writer(type(instance)):
+        value = getattr(instance, attname)
+        if kind == "now":
+            value = now
+            setattr(instance, attname, now)
+        if value is not None and kind in ("now", "datetime"):
+            value = value.isoformat()
+        elif value is not None and kind == "str":
+            value = str(value)
+        row[column] = value
+    return row

@@ -22,11 +22,18 @@ from django.db.models import Count, F, Max, Q
 from django.utils import timezone
 
 from runs import dispatch
+from runs.db_rows import row_json
 from runs.logs import log
 from runs.models import Approval, Membership, Repository, Run, Task, Workspace
 from runs.spend import workspace_spend_today
 from runs.state import ACTIVE, TERMINAL
-from runs.timeline import PendingEvent, event_record, events_record
+from runs.timeline import (
+    PendingEvent,
+    event_record,
+    events_prepare,
+    events_record,
+    events_recorded,
+)
 
 
 class CommandRefused(Exception):
@@ -321,7 +328,7 @@ def _task_create(
             if refusal is None:
                 raise _NearLimit()
         # Inserted with the status admission decided: no second write to the task.
-        task = Task.objects.create(
+        task = Task(
             status=Task.Status.DEFERRED if refusal is not None else Task.Status.RUNNING,
             status_reason=refusal or "",
             workspace=ws,
@@ -347,7 +354,7 @@ def _task_create(
             "requested_by": requested_by,
         }
         if refusal is not None:
-            events_record(
+            _submission_insert(
                 task=task,
                 run=None,
                 events=[
@@ -365,12 +372,126 @@ def _task_create(
         ]
         # Nobody else can append to a run inserted in this transaction: its first
         # sequence numbers are reserved by the INSERT itself instead of an UPDATE.
-        run = Run.objects.create(task=task, run_no=run_no, last_sequence_no=len(first))
+        run = Run(task=task, run_no=run_no, last_sequence_no=len(first))
         # Registered first, so the run's wake-up is the first thing sent on commit (before
         # the relay's wake-up, the live views' announcement and the metrics).
         dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
-        events_record(task=task, run=run, events=first, reserved=(len(first), len(first)))
+        _submission_insert(task=task, run=run, events=first)
         return Submission(task=task, run=run, created=True)
+
+
+def _submission_insert(*, task: Task, run: Run | None, events: list[PendingEvent]) -> None:
+    """Insert a new task, its first run (if admitted) and the events of both, in the
+    current transaction; on PostgreSQL as one statement (one round trip).
+
+    The statement takes each row as JSON (``db_rows.row_json``: every column of the
+    model, its defaults applied) and PostgreSQL makes the typed row from it, so the rows
+    are those ``save()`` and ``events_record`` would write. A reused idempotency key
+    fails the statement with the same IntegrityError as the task's own INSERT.
+    """
+    if connection.vendor != "postgresql":
+        task.save(force_insert=True)
+        if run is not None:
+            run.save(force_insert=True)
+            last = run.last_sequence_no
+            events_record(task=task, run=run, events=events, reserved=(last, len(events)))
+        else:
+            events_record(task=task, run=None, events=events)
+        return
+    now = timezone.now()
+    sequences = list(range(1, len(events) + 1)) if run is not None else []
+    prepared = events_prepare(task=task, run=run, events=events, sequences=sequences)
+    at = now.isoformat()
+    timeline = [
+        {
+            "id": str(event.id),
+            "run_id": str(run.id),
+            "sequence_no": event.sequence,
+            "type": event.type,
+            "data": event.data,
+            "actor": event.actor,
+            "created_at": at,
+        }
+        for event in prepared
+        if run is not None
+    ]
+    outbox = [
+        {
+            "event_id": str(event.id),
+            "type": event.type,
+            "partition_key": event.partition_key,
+            "payload": event.payload,
+            "created_at": at,
+            "available_at": at,
+            "published_at": None,
+            "attempts": 0,
+            "last_error": "",
+        }
+        for event in prepared
+    ]
+    params = {
+        "task": _json_dumps(row_json(task, now)),
+        "runs": _json_dumps([row_json(run, now)] if run is not None else []),
+        "timeline": _json_dumps(timeline),
+        "outbox": _json_dumps(outbox),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_submission_insert_sql(), params)
+    for row in (task, run):
+        if row is not None:
+            row._state.adding = False
+            row._state.db = connection.alias
+    events_recorded(task=task, run=run, events=events)
+
+
+def _json_dumps(value: Any) -> str:
+    return json.dumps(value, default=str)
+
+
+# The columns the statement writes of the event tables: each one the ORM writes (every
+# concrete field but the outbox's serial id). tests/test_submission_insert.py holds the
+# JSON rows above to exactly these.
+SUBMISSION_TIMELINE_COLUMNS = ("id", "run_id", "sequence_no", "type", "data", "actor", "created_at")
+SUBMISSION_OUTBOX_COLUMNS = (
+    "event_id",
+    "type",
+    "partition_key",
+    "payload",
+    "created_at",
+    "available_at",
+    "published_at",
+    "attempts",
+    "last_error",
+)
+
+
+@functools.cache
+def _submission_insert_sql() -> str:
+    from jobs.models import OutboxEvent
+    from runs.models import RunEvent
+
+    quote = connection.ops.quote_name
+
+    def columns(names: Any) -> str:
+        return ", ".join(quote(name) for name in names)
+
+    def insert(model: Any, names: Any, source: str, param: str, order: str = "") -> str:
+        table = quote(model._meta.db_table)
+        return (
+            f"INSERT INTO {table} ({columns(names)}) SELECT {columns(names)}"  # noqa: S608
+            f" FROM {source}(NULL::{table}, %({param})s::jsonb){order}"
+        )
+
+    task_columns = [f.column for f in Task._meta.concrete_fields]
+    run_columns = [f.column for f in Run._meta.concrete_fields]
+    one, many = "jsonb_populate_record", "jsonb_populate_recordset"
+    task = insert(Task, task_columns, one, "task")
+    run = insert(Run, run_columns, many, "runs")
+    timeline = insert(RunEvent, SUBMISSION_TIMELINE_COLUMNS, many, "timeline")
+    # The outbox's serial ids follow the events' order, as separate INSERTs' would.
+    in_order = " WITH ORDINALITY ORDER BY ordinality"
+    outbox = insert(OutboxEvent, SUBMISSION_OUTBOX_COLUMNS, many, "outbox", in_order)
+    return f"WITH task AS ({task}), run AS ({run}), timeline AS ({timeline}) {outbox}"
 
 
 def _idempotent_replay(workspace: Workspace, key: str, fingerprint: str) -> Submission | None:

@@ -117,8 +117,6 @@ def events_record(
         return []
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("events_record must run inside transaction.atomic()")
-    recorded: list[RunEvent] = []
-    outbox: list[OutboxEvent] = []
     sequences: list[int] = []
     if run is not None:
         last, count = reserved or (0, 0)
@@ -127,48 +125,100 @@ def events_record(
             last = _sequence_reserve(run.id, len(pending) - count)
             sequences += range(last - (len(pending) - count) + 1, last + 1)
         run.last_sequence_no = last
-    for offset, event in enumerate(pending):
+    prepared = events_prepare(
+        task=task, run=run, events=pending, sequences=sequences, causation_id=causation_id
+    )
+    recorded = [
+        RunEvent(
+            id=event.id,
+            run=run,
+            sequence_no=event.sequence,
+            type=event.type,
+            data=event.data,
+            actor=event.actor,
+        )
+        for event in prepared
+        if run is not None and event.sequence is not None
+    ]
+    outbox = [
+        OutboxEvent(
+            event_id=event.id,
+            type=event.type,
+            partition_key=event.partition_key,
+            payload=event.payload,
+        )
+        for event in prepared
+    ]
+    _rows_insert(recorded, outbox)
+    events_recorded(task=task, run=run, events=pending)
+    return recorded
+
+
+@dataclass
+class PreparedEvent:
+    """One event's rows before they are written: the timeline's (when it has a
+    sequence number) and the outbox's (``payload``, the envelope)."""
+
+    id: uuid.UUID
+    type: str
+    data: dict[str, Any]
+    actor: str
+    sequence: int | None
+    partition_key: str
+    payload: dict[str, Any]
+
+
+def events_prepare(
+    *,
+    task: Task,
+    run: Run | None,
+    events: list[PendingEvent],
+    sequences: list[int],
+    causation_id: str | None = None,
+) -> list[PreparedEvent]:
+    """Ids and envelopes of ``events``; the i-th of a run's events takes ``sequences[i]``.
+
+    A writer that inserts the rows itself (one statement with the facts they record)
+    calls ``events_recorded`` afterwards, as ``events_record`` does.
+    """
+    prepared = []
+    for offset, event in enumerate(events):
         event_id = uuid.uuid4()
         sequence = sequences[offset] if run is not None else None
-        payload = envelope(
-            event_id=event_id,
-            type=event.type,
-            task=task,
-            run=run,
-            data=event.data,
-            sequence=sequence,
-            causation_id=causation_id,
-        )
-        if run is not None and sequence is not None:
-            recorded.append(
-                RunEvent(
-                    id=event_id,
-                    run=run,
-                    sequence_no=sequence,
-                    type=event.type,
-                    data=event.data,
-                    actor=event.actor,
-                )
-            )
-        outbox.append(
-            OutboxEvent(
-                event_id=event_id,
+        prepared.append(
+            PreparedEvent(
+                id=event_id,
                 type=event.type,
+                data=event.data,
+                actor=event.actor,
+                sequence=sequence,
                 partition_key=str(run.id if run is not None else task.id),
-                payload=payload,
+                payload=envelope(
+                    event_id=event_id,
+                    type=event.type,
+                    task=task,
+                    run=run,
+                    data=event.data,
+                    sequence=sequence,
+                    causation_id=causation_id,
+                ),
             )
         )
-    _rows_insert(recorded, outbox)
+    return prepared
+
+
+def events_recorded(*, task: Task, run: Run | None, events: list[PendingEvent]) -> None:
+    """What follows writing events in the current transaction: log lines name the task,
+    and on commit the metrics, the relay's wake-up and the live views' announcement."""
     # A request acting on one task (a submission, a command): its later lines say which.
     # Sweeps touch many tasks and bind per run themselves.
     bound = get_contextvars()
     if "request_id" in bound and bound.get("task_id") in (None, str(task.id)):
         bind_contextvars(workspace_id=task.workspace_id, task_id=str(task.id))
-    transaction.on_commit(partial(events_observe, task, run, pending), robust=True)
+    transaction.on_commit(partial(events_observe, task, run, events), robust=True)
     transaction.on_commit(_wake_relay)
     if run is not None and not settings.EMBEDDED:
         transaction.on_commit(partial(_announce, run.id, run.last_sequence_no), robust=True)
-    return recorded
 
 
 def _rows_insert(recorded: list[RunEvent], outbox: list[OutboxEvent]) -> None:

@@ -1,6 +1,7 @@
-"""A submission is one lookup and one transaction of inserts: admission counted once,
-the task written with its final status, the run's first sequence numbers taken by its
-INSERT, and a repeated Idempotency-Key found by its unique constraint."""
+"""A submission is one lookup and one transaction: admission counted once, the task, its
+run and their events written by one statement, the task with its final status, the run's
+first sequence numbers taken by its INSERT, and a repeated Idempotency-Key found by its
+unique constraint."""
 
 from __future__ import annotations
 
@@ -52,9 +53,7 @@ def test_a_new_submission_is_one_lookup_and_one_transaction_of_inserts(submitter
         "BEGIN",
         "WITH",  # an admission lane
         "SELECT",  # active runs of the workspace and of the repository, one scan
-        "INSERT",  # task
-        "INSERT",  # run
-        "INSERT",  # timeline and outbox rows
+        "WITH",  # task, run, timeline and outbox rows: one statement
         "COMMIT",
     ], [q["sql"][:100] for q in queries.captured_queries]
 
