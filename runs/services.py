@@ -13,7 +13,8 @@ import json
 import random
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -24,7 +25,7 @@ from django.utils import timezone
 from runs import dispatch
 from runs.db_rows import row_json
 from runs.logs import log
-from runs.models import Approval, Membership, Repository, Run, Task, Workspace
+from runs.models import Approval, Membership, Repository, Run, Task, Workspace, WorkspaceSpend
 from runs.spend import workspace_spend_today
 from runs.state import ACTIVE, TERMINAL
 from runs.timeline import (
@@ -80,36 +81,64 @@ def admission_check(*, workspace: Workspace, repository: Repository, margin: int
     Call under the workspace's exclusive admission lock (``_lock_workspace``), or holding
     an admission lane with ``margin`` set to the number of lanes (``_lane_take``).
     """
-    in_workspace, in_repository = _active_runs_count(
-        workspace_id=workspace.pk, repository_id=repository.pk
+    budget = workspace.daily_cost_budget_usd
+    in_workspace, in_repository, spent = _admission_counts(
+        workspace_id=workspace.pk, repository_id=repository.pk, spend=budget > 0
     )
     if in_workspace + margin >= workspace.max_active_runs:
         return _workspace_full(workspace)
     if in_repository + margin >= repository.max_active_runs:
         return _repository_full(repository)
-    return _budget_refusal(workspace)
+    # Spend that a turn has not committed yet is not counted (see _budget_refusal).
+    if budget > 0 and spent >= budget:
+        return _budget_spent(budget)
+    return None
 
 
 def _active_runs_count(*, workspace_id: int, repository_id: int) -> tuple[int, int]:
-    """Active runs of the workspace and, among them, of the repository: one scan.
+    """Active runs of the workspace and, among them, of the repository: one scan."""
+    in_workspace, in_repository, _ = _admission_counts(
+        workspace_id=workspace_id, repository_id=repository_id, spend=False
+    )
+    return in_workspace, in_repository
 
-    Every submission counts: a fixed statement (the same one the ORM would compile from
+
+def _admission_counts(
+    *, workspace_id: int, repository_id: int, spend: bool
+) -> tuple[int, int, Decimal]:
+    """Active runs of the workspace and of the repository (one scan) and, with ``spend``,
+    the workspace's spend today (``workspace_spend_today``), read by one statement.
+
+    Every submission counts: a fixed statement (the count the ORM would compile from
     ``aggregate(Count(...), Count(..., filter=...))``), not a queryset built each time.
     """
+    params: list[Any] = [repository_id]
+    if spend:
+        params += [workspace_id, timezone.now().astimezone(UTC).date()]
+    params.append(workspace_id)
     with connection.cursor() as cursor:
-        cursor.execute(_active_runs_count_sql(), [repository_id, workspace_id])
-        in_workspace, in_repository = cursor.fetchone()
-    return int(in_workspace), int(in_repository)
+        cursor.execute(_admission_counts_sql(spend), params)
+        in_workspace, in_repository, spent = cursor.fetchone()
+    return int(in_workspace), int(in_repository), Decimal(spent or 0)
 
 
 @functools.cache
-def _active_runs_count_sql() -> str:
+def _admission_counts_sql(spend: bool) -> str:
     quote = connection.ops.quote_name
     run, task = quote(Run._meta.db_table), quote(Task._meta.db_table)
     statuses = ", ".join(f"'{status}'" for status in sorted(ACTIVE))  # our own enum values
+    spent = "NULL"
+    if spend:
+        # As workspace_spend_today reads it: the row of the workspace's current UTC day.
+        table = quote(WorkspaceSpend._meta.db_table)
+        spent = (
+            f"(SELECT {quote('cost_usd')} FROM {table}"  # noqa: S608 - names are ours
+            f" WHERE {quote('workspace_id')} = %s AND {quote('day')} = %s)"
+        )
     return (
         f"SELECT COUNT({run}.{quote('id')}),"  # noqa: S608 - names are ours
-        f" COUNT({run}.{quote('id')}) FILTER (WHERE {task}.{quote('repository_id')} = %s)"
+        f" COUNT({run}.{quote('id')}) FILTER (WHERE {task}.{quote('repository_id')} = %s),"
+        f" {spent}"
         f" FROM {run} INNER JOIN {task} ON ({run}.{quote('task_id')} = {task}.{quote('id')})"
         f" WHERE ({run}.{quote('status')} IN ({statuses}) AND {task}.{quote('workspace_id')} = %s)"
     )
@@ -128,8 +157,12 @@ def _budget_refusal(workspace: Workspace) -> str | None:
     # Spend that a turn has not committed yet is not counted: a budget stops new runs
     # once the day's stored spend reaches it, and runs already admitted go on.
     if budget > 0 and workspace_spend_today(workspace_id=workspace.pk) >= budget:
-        return f"workspace spent its daily budget of ${budget}"
+        return _budget_spent(budget)
     return None
+
+
+def _budget_spent(budget: Decimal) -> str:
+    return f"workspace spent its daily budget of ${budget}"
 
 
 # Admission counts active runs and then inserts one; that check-then-act must not let two
@@ -372,7 +405,9 @@ def _task_create(
         ]
         # Nobody else can append to a run inserted in this transaction: its first
         # sequence numbers are reserved by the INSERT itself instead of an UPDATE.
-        run = Run(task=task, run_no=run_no, last_sequence_no=len(first))
+        run = Run(
+            task=task, workspace_id=ws.pk, run_no=run_no, last_sequence_no=len(first)
+        )
         # Registered first, so the run's wake-up is the first thing sent on commit (before
         # the relay's wake-up, the live views' announcement and the metrics).
         dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
