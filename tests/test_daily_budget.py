@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from runs import demo
 from runs.engine import run_drive_inline
 from runs.models import ModelTurn, Run, WorkspaceSpend
-from runs.services import admission_check, task_submit
+from runs.services import _admission_counts, admission_check, task_submit
 from runs.spend import workspace_spend_add, workspace_spend_today
 from tests.factories import RepositoryFactory, TaskFactory, WorkspaceFactory
 from tests.query_plans import query_plan
@@ -51,10 +51,17 @@ def test_the_budget_check_reads_one_row_of_the_spend_and_no_runs(budgeted) -> No
     workspace_spend_add(workspace_id=workspace.pk, cost=Decimal("0.5"))
     with CaptureQueriesContext(connection) as queries:
         assert admission_check(workspace=workspace, repository=repository) is None
-    # The active-run count, then the day's total: the runs of the day are not read.
-    spend = [q["sql"] for q in queries.captured_queries if "runs_workspacespend" in q["sql"]]
-    assert len(queries.captured_queries) == 2, queries.captured_queries
-    assert len(spend) == 1 and "runs_run" not in spend[0], spend
+    # The active-run count and the day's total in one statement: the day's row by its
+    # key, not the runs of the day.
+    (statement,) = [q["sql"] for q in queries.captured_queries]
+    assert statement.count("runs_workspacespend") == 1, statement
+    assert "created_at" not in statement and "cost_usd" in statement, statement
+    assert _admission_counts(
+        workspace_id=workspace.pk, repository_id=repository.pk, spend=True
+    ) == (30, 30, workspace_spend_today(workspace_id=workspace.pk))
+    assert _admission_counts(
+        workspace_id=WorkspaceFactory().pk, repository_id=repository.pk, spend=True
+    ) == (0, 0, Decimal("0"))
 
     day = dt.datetime.now(dt.UTC).date()
     query = WorkspaceSpend.objects.filter(workspace_id=workspace.pk, day=day).values_list(
