@@ -405,9 +405,7 @@ def _task_create(
         ]
         # Nobody else can append to a run inserted in this transaction: its first
         # sequence numbers are reserved by the INSERT itself instead of an UPDATE.
-        run = Run(
-            task=task, workspace_id=ws.pk, run_no=run_no, last_sequence_no=len(first)
-        )
+        run = Run(task=task, workspace_id=ws.pk, run_no=run_no, last_sequence_no=len(first))
         # Registered first, so the run's wake-up is the first thing sent on commit (before
         # the relay's wake-up, the live views' announcement and the metrics).
         dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
