@@ -94,11 +94,15 @@ def _coalescing_client() -> Any:
     return client
 
 
-def relay_wake(*, countdown: float | None = None) -> None:
+def relay_wake(*, countdown: float | None = None, publish: tuple[str, str] | None = None) -> None:
     """Ask a worker to publish pending events (called on commit of new outbox rows).
 
     At most one relay task is queued or running at a time: a wake-up while one is makes
     that relay look again when it finishes, so under load one task drains many commits.
+
+    ``publish``: a pub/sub message (channel, message) for the same Redis, sent in the
+    same round trip (a step's announcement to the run's live views); lost, as it would
+    be alone, when that Redis is unreachable.
     """
     from jobs.tasks import outbox_relay
 
@@ -109,6 +113,8 @@ def relay_wake(*, countdown: float | None = None) -> None:
                 pipe = client.pipeline(transaction=False)
                 pipe.set(RELAY_PENDING_KEY, 1, px=RELAY_SCHEDULED_TTL_MS)
                 pipe.set(RELAY_SCHEDULED_KEY, 1, nx=True, px=RELAY_SCHEDULED_TTL_MS)
+                if publish is not None:
+                    pipe.publish(*publish)
                 if not pipe.execute()[1]:
                     return
         except Exception:  # no coalescing without Redis: send the task anyway

@@ -216,9 +216,11 @@ def events_recorded(*, task: Task, run: Run | None, events: list[PendingEvent]) 
     if "request_id" in bound and bound.get("task_id") in (None, str(task.id)):
         bind_contextvars(workspace_id=task.workspace_id, task_id=str(task.id))
     transaction.on_commit(partial(events_observe, task, run, events), robust=True)
-    transaction.on_commit(_wake_relay)
     if run is not None and not settings.EMBEDDED:
-        transaction.on_commit(partial(_announce, run.id, run.last_sequence_no), robust=True)
+        # The relay's wake-up and the live views' announcement share a round trip.
+        transaction.on_commit(partial(_wake_relay_announce, run.id, run.last_sequence_no))
+    else:
+        transaction.on_commit(_wake_relay)
 
 
 def _rows_insert(recorded: list[RunEvent], outbox: list[OutboxEvent]) -> None:
@@ -326,11 +328,11 @@ def system_event_record(
     return row
 
 
-def _announce(run_id: uuid.UUID, sequence: int) -> None:
-    # Wakes the API's live streams of this run (Redis pub/sub); never raises.
-    from agentplatform.api.notify import run_events_announce
+def _wake_relay_announce(run_id: uuid.UUID, sequence: int) -> None:
+    from agentplatform.api.notify import run_announcement
+    from jobs.relay import relay_wake
 
-    run_events_announce(run_id=run_id, sequence=sequence)
+    relay_wake(publish=run_announcement(run_id=run_id, sequence=sequence))
 
 
 def _wake_relay() -> None:

@@ -81,3 +81,30 @@ def test_a_drain_stopped_by_its_time_budget_hands_on_at_once(
     # No commit came meanwhile, yet rows are left: the next relay starts without delay.
     assert relay_messages(broker) == 1
     assert json.loads(broker.lindex(RELAY_QUEUE, 0))["headers"]["eta"] is None
+
+
+def test_a_runs_events_commit_announces_them_and_wakes_the_relay_once(
+    broker: Any, transactional_db: Any
+) -> None:
+    from django.db import transaction
+
+    from agentplatform.api.notify import run_channel
+    from runs.models import Run
+    from runs.timeline import PendingEvent, events_record
+    from tests.factories import TaskFactory
+
+    task = TaskFactory()
+    run = Run.objects.create(task=task, run_no=1)
+    listener = redis.Redis.from_url(settings.REDIS_URL).pubsub()
+    listener.subscribe(run_channel(run.id))
+    assert listener.get_message(timeout=5)["type"] == "subscribe"
+    for _ in range(2):  # the second commit finds the relay scheduled: still announced
+        with transaction.atomic():
+            events_record(task=task, run=run, events=[PendingEvent("agent.run.started", {})])
+        message = listener.get_message(timeout=5)
+        assert json.loads(message["data"]) == {
+            "run_id": str(run.id),
+            "sequence": run.last_sequence_no,
+        }
+    listener.close()
+    assert relay_messages(broker) == 1

@@ -39,13 +39,16 @@ def _redis() -> Any:
         return _client
 
 
+def run_announcement(*, run_id: uuid.UUID | str, sequence: int) -> tuple[str, str]:
+    """The channel and message that announce a run's events up to ``sequence``."""
+    return run_channel(run_id), json.dumps({"run_id": str(run_id), "sequence": sequence})
+
+
 def run_events_announce(*, run_id: uuid.UUID | str, sequence: int) -> None:
     """Publish ``{"run_id", "sequence"}`` on ``agent.run.<run_id>``; never raises."""
     if settings.EMBEDDED:
         return
     try:
-        _redis().publish(
-            run_channel(run_id), json.dumps({"run_id": str(run_id), "sequence": sequence})
-        )
+        _redis().publish(*run_announcement(run_id=run_id, sequence=sequence))
     except Exception:
         logger.warning("stream.announce_failed", exc_info=True)
