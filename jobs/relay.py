@@ -355,8 +355,8 @@ def _batch_claim_sql() -> str:
     subscriptions = quote(EventSubscription._meta.db_table)
     columns = ", ".join(f"r.{quote(f.column)}" for f in OutboxEvent._meta.concrete_fields)
     return (
-        f"WITH heads AS MATERIALIZED ({_heads_sql(table, ' FOR UPDATE OF o SKIP LOCKED')}), "
-        f"claimed AS MATERIALIZED (SELECT c.* FROM {table} c "  # noqa: S608 - names are ours
+        f"WITH heads AS MATERIALIZED ({_heads_sql(table, ' FOR UPDATE OF o SKIP LOCKED')}), "  # noqa: S608 - names are ours
+        f"claimed AS MATERIALIZED (SELECT c.* FROM {table} c "
         "WHERE c.partition_key IN (SELECT partition_key FROM heads) "
         "AND c.published_at IS NULL ORDER BY c.id LIMIT %s FOR UPDATE OF c) "
         f"SELECT {columns}, (SELECT json_agg(json_build_array(s.id, s.workspace_id, "
