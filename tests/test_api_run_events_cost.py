@@ -91,3 +91,11 @@ def test_a_token_resolves_to_its_user_in_one_statement(member_run) -> None:
     api_token_revoke(token=token)
     assert api_token_resolve(secret) is None
     assert api_token_resolve(secret[:-1] + ("A" if secret[-1] != "A" else "B")) is None
+
+
+def test_an_outsider_gets_404_before_the_parameters_are_read(member_run) -> None:
+    user, run = member_run
+    outsider = api_client_for(UserFactory())
+    assert outsider.get(f"/api/runs/{run.pk}/events/?limit=2147483648").status_code == 404
+    member = api_client_for(user)
+    assert member.get(f"/api/runs/{run.pk}/events/?limit=2147483648").status_code == 400

@@ -62,48 +62,55 @@ def _repository_of_member_sql() -> tuple[str, int]:
     return sql, len(repository_fields)
 
 
-def run_events_page(
-    *, user: Any, run_id: Any, after: int, limit: int, columns: tuple[str, ...]
-) -> list[dict[str, Any]] | None:
-    """Up to ``limit`` events of the run after sequence ``after``, in order, as
-    ``values(*columns)`` rows; None when the run is not in one of ``user``'s workspaces.
-
-    What ``Run.objects.filter(pk=..., task__workspace_id__in=<memberships>).exists()``
-    and ``RunEvent.objects.filter(run_id=..., sequence_no__gt=...).order_by(
-    "sequence_no").values(...)[:limit]`` read, as two fixed statements: compiling those
-    two querysets cost more CPU than the rest of the page.
-    """
+def run_visible(*, user: Any, run_id: Any) -> bool:
+    """Whether the run is in one of ``user``'s workspaces: what
+    ``Run.objects.filter(pk=..., workspace_id__in=<memberships>).exists()`` answers, as
+    one fixed statement (compiling that queryset cost more CPU than the rest of a
+    timeline page)."""
     if user is None or not user.is_authenticated:
-        return None
-    run_pk = Run._meta.pk
-    assert run_pk is not None
-    run_id = run_pk.get_db_prep_value(run_pk.to_python(run_id), connection)
-    visible_sql, page_sql = _run_events_sql(columns)
+        return False
     with connection.cursor() as cursor:
-        cursor.execute(visible_sql, [run_id, user.pk])
-        if cursor.fetchone() is None:
-            return None
-        cursor.execute(page_sql, [run_id, after, limit])
+        cursor.execute(_run_visible_sql(), [_run_pk(run_id), user.pk])
+        return cursor.fetchone() is not None
+
+
+def run_events_rows(
+    *, run_id: Any, after: int, limit: int, columns: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` events of the run after sequence ``after``, in order, as
+    ``RunEvent.objects.filter(run_id=..., sequence_no__gt=after).order_by("sequence_no")
+    .values(*columns)[:limit]`` returns them, from one fixed statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(_run_events_sql(columns), [_run_pk(run_id), after, limit])
         rows = cursor.fetchall()
     return rows_as_values(RunEvent, columns, rows)
 
 
+def _run_pk(run_id: Any) -> Any:
+    field = Run._meta.pk
+    assert field is not None
+    return field.get_db_prep_value(field.to_python(run_id), connection)
+
+
 @functools.cache
-def _run_events_sql(columns: tuple[str, ...]) -> tuple[str, str]:
+def _run_visible_sql() -> str:
     quote = connection.ops.quote_name
-    run = quote(Run._meta.db_table)
-    membership, event = quote(Membership._meta.db_table), quote(RunEvent._meta.db_table)
-    visible = (
+    run, membership = quote(Run._meta.db_table), quote(Membership._meta.db_table)
+    return (
         f"SELECT 1 FROM {run} r WHERE r.{quote('id')} = %s AND r.{quote('workspace_id')} IN"  # noqa: S608 - names are ours
         f" (SELECT m.{quote('workspace_id')} FROM {membership} m WHERE m.{quote('user_id')} = %s)"
     )
+
+
+@functools.cache
+def _run_events_sql(columns: tuple[str, ...]) -> str:
+    quote = connection.ops.quote_name
     selected = ", ".join(quote(RunEvent._meta.get_field(c).column) for c in columns)  # type: ignore[union-attr, arg-type]
-    page = (
-        f"SELECT {selected} FROM {event}"  # noqa: S608 - names are ours
+    return (
+        f"SELECT {selected} FROM {quote(RunEvent._meta.db_table)}"  # noqa: S608 - names are ours
         f" WHERE {quote('run_id')} = %s AND {quote('sequence_no')} > %s"
         f" ORDER BY {quote('sequence_no')} LIMIT %s"
     )
-    return visible, page
 
 
 def submission_outcome(*, submission: Submission) -> dict[str, Any]:

@@ -19,7 +19,12 @@ from agentplatform.api.filters import RunFilter, StrictFilterBackend
 from agentplatform.api.pagination import LimitOffsetPagination, SequenceCursorPagination
 from agentplatform.api.rows import ListRows
 from agentplatform.api.scoping import workspace_ids_for
-from agentplatform.api.selectors import run_budget_usage, run_current_step, run_events_page
+from agentplatform.api.selectors import (
+    run_budget_usage,
+    run_current_step,
+    run_events_rows,
+    run_visible,
+)
 from agentplatform.api.strict import StrictInput, body_refuse
 from runs.models import Artifact, Run, RunEvent, Task, Workspace
 from runs.services import run_approve, run_cancel_request, run_reject, task_retry
@@ -184,19 +189,15 @@ class RunEventListApi(APIView):
         ),
     )
     def get(self, request: Request, pk: Any) -> Response:
-        # Is the run the caller's, then the page as plain rows (two fixed statements),
-        # rendered by the serializer's own fields.
+        # Is the run the caller's (404 before any parameter is read), then the page as
+        # plain rows: two fixed statements; rendered by the serializer's own fields.
+        if not run_visible(user=request.user, run_id=pk):
+            raise Http404("No Run matches the given query.")
         paginator = SequenceCursorPagination()
         paginator.parse(request)
-        rows = run_events_page(
-            user=request.user,
-            run_id=pk,
-            after=paginator.after,
-            limit=paginator.limit + 1,
-            columns=_EVENT_COLUMNS,
+        rows = run_events_rows(
+            run_id=pk, after=paginator.after, limit=paginator.limit + 1, columns=_EVENT_COLUMNS
         )
-        if rows is None:
-            raise Http404("No Run matches the given query.")
         page = paginator.page_of(rows)
         return paginator.response(_EVENT_ROWS.render(page))
 
