@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import EmptyResultSet
+from django.db import connections
 from django.db.models import QuerySet
+from django.db.models.query import ValuesIterable
 from rest_framework import pagination
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
@@ -40,6 +43,53 @@ class LimitOffsetPagination(pagination.LimitOffsetPagination):
         offset = self.get_offset(self.request) if self.request is not None else 0
         bound = offset + (self.limit or 0) + self.count_lookahead
         return int(queryset[:bound].count())
+
+    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> Any:
+        """DRF's, with the same two statements (the bounded count, then the page), but a
+        ``values()`` queryset is compiled once for both: compiling the list query twice
+        (once inside the count's subquery) cost a fifth of a list page's CPU."""
+        if not _compiles_once(queryset):
+            return super().paginate_queryset(queryset, request, view)
+        self.request = request
+        self.limit = self.get_limit(request)
+        self.offset = self.get_offset(request)
+        bound = self.offset + (self.limit or 0) + self.count_lookahead
+        compiler = queryset.query.get_compiler(queryset.db)
+        try:
+            sql, params = compiler.as_sql()
+        except EmptyResultSet:  # e.g. no workspaces: as the ORM, no query and no rows
+            self.count = 0
+            return []
+        connection = connections[queryset.db]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT COUNT(*) FROM ({sql} {connection.ops.limit_offset_sql(0, bound)})"  # noqa: S608 - compiled by the ORM
+                " subquery",
+                params,
+            )
+            self.count = int(cursor.fetchone()[0])
+            if self.count > (self.limit or 0) and self.template is not None:
+                self.display_page_controls = True
+            if self.count == 0 or self.offset > self.count:
+                return []
+            page = connection.ops.limit_offset_sql(self.offset, self.offset + (self.limit or 0))
+            cursor.execute(f"{sql} {page}", params)
+            rows = cursor.fetchall()
+        # Named and converted as ValuesIterable does.
+        query = queryset.query
+        if query.selected:
+            names = list(query.selected)
+        else:
+            names = [*query.extra_select, *query.values_select, *query.annotation_select]
+        return [dict(zip(names, row, strict=True)) for row in compiler.results_iter([rows])]
+
+
+def _compiles_once(queryset: Any) -> bool:
+    """A plain ``values()`` queryset: its compiled SQL can take a LIMIT and be wrapped."""
+    if not isinstance(queryset, QuerySet) or queryset._iterable_class is not ValuesIterable:
+        return False
+    query = queryset.query
+    return not (query.is_sliced or query.combinator)
 
 
 class SequenceCursorPagination:
