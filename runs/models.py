@@ -337,12 +337,12 @@ class Run(models.Model):
             ),
         ]
         indexes = [
-            # The reaper scans only active runs holding a lease.
-            models.Index(
-                fields=["lease_until"],
-                condition=Q(lease_until__isnull=False),
-                name="run_active_lease",
-            ),
+            # The reaper reads active runs through the partial unique index of active
+            # runs (run_one_active_per_task) or this one. No index holds a column the
+            # lease writes (lease_owner, lease_until, heartbeat_at, attempt, wakes):
+            # PostgreSQL can then make the lease's UPDATE and its renewals HOT updates,
+            # which write no index entries; with lease_until indexed, every lease wrote
+            # an entry into every index of the table.
             models.Index(fields=["status", "status_changed_at"], name="run_status_changed"),
             # The API lists runs newest first with the id as tie-breaker; an index in
             # exactly that order reads one page instead of sorting every visible run
