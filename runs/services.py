@@ -82,8 +82,14 @@ def admission_check(*, workspace: Workspace, repository: Repository, margin: int
     an admission lane with ``margin`` set to the number of lanes (``_lane_take``).
     """
     budget = workspace.daily_cost_budget_usd
+    # The repository's runs are among the workspace's: under a limit no lower than the
+    # workspace's, its count never refuses what the workspace's count let through, and
+    # the workspace's alone is read (from the runs, without looking up their tasks).
+    repository_decides = repository.max_active_runs < workspace.max_active_runs
     in_workspace, in_repository, spent = _admission_counts(
-        workspace_id=workspace.pk, repository_id=repository.pk, spend=budget > 0
+        workspace_id=workspace.pk,
+        repository_id=repository.pk if repository_decides else None,
+        spend=budget > 0,
     )
     if in_workspace + margin >= workspace.max_active_runs:
         return _workspace_full(workspace)
@@ -104,26 +110,28 @@ def _active_runs_count(*, workspace_id: int, repository_id: int) -> tuple[int, i
 
 
 def _admission_counts(
-    *, workspace_id: int, repository_id: int, spend: bool
+    *, workspace_id: int, repository_id: int | None, spend: bool
 ) -> tuple[int, int, Decimal]:
     """Active runs of the workspace and of the repository (one scan) and, with ``spend``,
     the workspace's spend today (``workspace_spend_today``), read by one statement.
+    Without ``repository_id`` the repository's count is 0 and only the workspace's runs
+    are counted, by the workspace each run carries (no lookup of every run's task).
 
     Every submission counts: a fixed statement (the count the ORM would compile from
     ``aggregate(Count(...), Count(..., filter=...))``), not a queryset built each time.
     """
-    params: list[Any] = [repository_id]
+    params: list[Any] = [] if repository_id is None else [repository_id]
     if spend:
         params += [workspace_id, timezone.now().astimezone(UTC).date()]
     params.append(workspace_id)
     with connection.cursor() as cursor:
-        cursor.execute(_admission_counts_sql(spend), params)
+        cursor.execute(_admission_counts_sql(spend, repository_id is not None), params)
         in_workspace, in_repository, spent = cursor.fetchone()
     return int(in_workspace), int(in_repository), Decimal(spent or 0)
 
 
 @functools.cache
-def _admission_counts_sql(spend: bool) -> str:
+def _admission_counts_sql(spend: bool, per_repository: bool) -> str:
     quote = connection.ops.quote_name
     run, task = quote(Run._meta.db_table), quote(Task._meta.db_table)
     statuses = ", ".join(f"'{status}'" for status in sorted(ACTIVE))  # our own enum values
@@ -134,6 +142,12 @@ def _admission_counts_sql(spend: bool) -> str:
         spent = (
             f"(SELECT {quote('cost_usd')} FROM {table}"  # noqa: S608 - names are ours
             f" WHERE {quote('workspace_id')} = %s AND {quote('day')} = %s)"
+        )
+    if not per_repository:
+        return (
+            f"SELECT COUNT({run}.{quote('id')}), 0, {spent} FROM {run}"  # noqa: S608 - names are ours
+            f" WHERE ({run}.{quote('status')} IN ({statuses})"
+            f" AND {run}.{quote('workspace_id')} = %s)"
         )
     return (
         f"SELECT COUNT({run}.{quote('id')}),"  # noqa: S608 - names are ours

@@ -1,13 +1,19 @@
 """Admission's count of active runs agrees with the ORM's reading of the same rows:
-every active status counts, finished runs and other workspaces' runs do not."""
+every active status counts, finished runs and other workspaces' runs do not. When the
+repository's limit is not below the workspace's, only the workspace's runs are counted
+(by the workspace each run carries) and admission answers the same."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
+from django.db import connection
 from django.db.models import Count, Q
+from django.test.utils import CaptureQueriesContext
 
 from runs.models import Run
-from runs.services import _active_runs_count
+from runs.services import _active_runs_count, _admission_counts, admission_check
 from runs.state import ACTIVE
 from tests.factories import RepositoryFactory, TaskFactory, WorkspaceFactory
 
@@ -32,3 +38,43 @@ def test_active_runs_are_counted_per_workspace_and_per_repository() -> None:
         counts["repository"],
     )
     assert counts == {"workspace": 3 * len(ACTIVE), "repository": len(ACTIVE)}
+
+
+def test_the_workspace_count_alone_reads_the_runs_workspace() -> None:
+    workspace, other = WorkspaceFactory(), WorkspaceFactory()
+    repositories = [RepositoryFactory(workspace=workspace) for _ in range(2)]
+    for repository in [*repositories, RepositoryFactory(workspace=other)]:
+        for status in [*sorted(ACTIVE), "completed", "cancelled"]:
+            task = TaskFactory(workspace=repository.workspace, repository=repository)
+            Run.objects.create(task=task, run_no=1, status=status)
+    with CaptureQueriesContext(connection) as queries:
+        counted = _admission_counts(workspace_id=workspace.pk, repository_id=None, spend=False)
+    assert counted == (2 * len(ACTIVE), 0, Decimal("0"))
+    assert "runs_task" not in queries.captured_queries[0]["sql"]
+    assert (
+        counted[0]
+        == _active_runs_count(workspace_id=workspace.pk, repository_id=repositories[0].pk)[0]
+    )
+
+
+@pytest.mark.parametrize(
+    ("workspace_limit", "repository_limit", "active", "refusal"),
+    [
+        (3, 3, 2, None),
+        (3, 5, 3, "workspace at its limit of 3 active runs"),
+        (3, 3, 3, "workspace at its limit of 3 active runs"),
+        (5, 2, 2, "repository at its limit of 2 active runs"),
+        (5, 2, 1, None),
+    ],
+)
+def test_admission_answers_alike_whichever_count_it_reads(
+    workspace_limit: int, repository_limit: int, active: int, refusal: str | None
+) -> None:
+    workspace = WorkspaceFactory(max_active_runs=workspace_limit)
+    repository = RepositoryFactory(workspace=workspace, max_active_runs=repository_limit)
+    for _ in range(active):
+        Run.objects.create(task=TaskFactory(workspace=workspace, repository=repository), run_no=1)
+    with CaptureQueriesContext(connection) as queries:
+        assert admission_check(workspace=workspace, repository=repository) == refusal
+    joined = "runs_task" in queries.captured_queries[0]["sql"]
+    assert joined == (repository_limit < workspace_limit)
