@@ -8,7 +8,9 @@ calls ``body_refuse`` when it takes none; both answer 400 naming each unknown fi
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
+from functools import cached_property
 from typing import Any
 
 from rest_framework import serializers
@@ -86,6 +88,33 @@ class StrictInput(serializers.Serializer):
             if errors:
                 raise ValidationError(errors)
         return super().to_internal_value(data)
+
+
+_THREAD_FIELDS = threading.local()
+
+
+# A ``StrictInput`` whose field instances are made once per thread, not per request.
+# DRF deep-copies every declared field (nested serializers included) for each new
+# serializer, so that an instance may change its own fields; this one never does. A
+# thread validates one request at a time, so each thread keeps one set of fields and
+# hands it to every new instance it makes, pointed at that instance: a field's
+# ``context`` (the request, the caller) is always its current serializer's. Fields keep
+# no state of their own between validations. (No docstring: the API schema describes
+# a serializer by the nearest docstring, StrictInput's.)
+class ThreadFieldsInput(StrictInput):
+    @cached_property
+    def fields(self) -> Any:
+        made: dict[type, Any] | None = getattr(_THREAD_FIELDS, "made", None)
+        if made is None:
+            made = _THREAD_FIELDS.made = {}
+        fields = made.get(type(self))
+        if fields is None:
+            fields = made[type(self)] = super().fields
+        else:
+            fields.serializer = self
+            for field in fields.values():
+                field.parent = self
+        return fields
 
 
 class StrictModelInput(StrictInput, serializers.ModelSerializer):

@@ -16,7 +16,7 @@ from agentplatform.api.pagination import LimitOffsetPagination
 from agentplatform.api.rows import ListRows
 from agentplatform.api.scoping import workspace_ids_for
 from agentplatform.api.selectors import repository_of_member, submission_outcome
-from agentplatform.api.strict import StrictInput
+from agentplatform.api.strict import StrictInput, ThreadFieldsInput
 from runs.models import Repository, Task, Workspace
 from runs.services import Submission, task_submit
 
@@ -101,7 +101,7 @@ class CallerRepositoryField(serializers.PrimaryKeyRelatedField):  # type: ignore
 class TaskCollectionApi(generics.ListAPIView):
     """List the caller's tasks (GET) or submit a new one (POST)."""
 
-    class CreateInputSerializer(StrictInput):
+    class CreateInputSerializer(ThreadFieldsInput):
         repository = CallerRepositoryField(
             queryset=Repository.objects.none(),
             help_text="Repository id; it decides the workspace of the task.",
