@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.db.models import QuerySet
@@ -97,18 +98,24 @@ class RunListApi(generics.ListAPIView):
     filter_backends = [StrictFilterBackend]
     filterset_class = RunFilter
 
-    def get_queryset(self) -> QuerySet[Run]:
-        # Ordered like the run_ws_created index (one workspace) and the run_created index
-        # (several), which serve the page without a sort.
-        return Run.objects.filter(
-            workspace_id__in=workspace_ids_for(user=self.request.user)
-        ).order_by("-created_at", "id")
+    def get_queryset(self) -> QuerySet[Run, dict[str, Any]]:
+        return _run_list_rows().filter(workspace_id__in=workspace_ids_for(user=self.request.user))
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        queryset = self.filter_queryset(self.get_queryset())
-        page = self.paginate_queryset(queryset.values(*_RUN_ROWS.columns))
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
         assert page is not None  # pagination_class is set
         return self.get_paginated_response(_RUN_ROWS.render(page))
+
+
+@functools.cache
+def _run_list_rows() -> QuerySet[Run, dict[str, Any]]:
+    """The list's query as plain rows in the list's order, built once: each request
+    filters a copy (resolving the 22 columns on every request cost a tenth of a page).
+
+    Ordered like the run_ws_created index (one workspace) and the run_created index
+    (several), which serve the page without a sort.
+    """
+    return Run.objects.order_by("-created_at", "id").values(*_RUN_ROWS.columns)
 
 
 class RunDetailApi(APIView):
