@@ -401,9 +401,6 @@ class BatchReport:
     retry_at: datetime | None = None
     # The drain stopped at its limit while still publishing.
     more: bool = False
-    # The batch took everything available when it claimed: fewer rows than its limit
-    # and fewer partitions than it could have claimed.
-    short: bool = False
 
 
 def outbox_relay_batch(
@@ -424,7 +421,6 @@ def outbox_relay_batch(
         if not rows:
             return report
         report.claimed = len(rows)
-        report.short = len(rows) < limit and len({r.partition_key for r in rows}) < partitions
         started = time.monotonic()
         published, failed = _publish(rows, deliveries)
         if published:
@@ -507,17 +503,9 @@ def _publish(
     return published, list(failed.values())
 
 
-def outbox_drain(
-    *, max_batches: int = 1000, max_seconds: float | None = None, until_short: bool = False
-) -> BatchReport:
+def outbox_drain(*, max_batches: int = 1000, max_seconds: float | None = None) -> BatchReport:
     """Publish until nothing is available, or ``max_batches``, or ``max_seconds`` have
-    passed (then ``more`` is set: rows may be left); the summed report.
-
-    ``until_short``: also stop after a batch that took everything available when it
-    claimed (the woken relay task: rows committed since then set the pending flag, and
-    their relay follows; one more claim that finds nothing cost a third of a relay's
-    database work).
-    """
+    passed (then ``more`` is set: rows may be left); the summed report."""
     total = BatchReport()
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     for _ in range(max_batches):
@@ -527,7 +515,7 @@ def outbox_drain(
         total.claimed += report.claimed
         if report.retry_at is not None:
             total.retry_at = min(filter(None, [total.retry_at, report.retry_at]))
-        if report.published == 0 or (until_short and report.short):
+        if report.published == 0:
             return total
         if deadline is not None and time.monotonic() >= deadline:
             break

@@ -28,7 +28,7 @@ def outbox_relay() -> int:
     relay_wake_taken()
     more = False
     try:
-        report = outbox_drain(max_seconds=RELAY_DRAIN_SECONDS, until_short=True)
+        report = outbox_drain(max_seconds=RELAY_DRAIN_SECONDS)
         more = report.more
     finally:
         relay_wake_done(more=more)
