@@ -26,9 +26,12 @@ def _row_reader(model: type[Any]) -> tuple[list[str], list[tuple[int, Any, list[
         fields = model._meta.concrete_fields
         converting = []
         for index, f in enumerate(fields):
-            converters = connection.ops.get_db_converters(f) + f.get_db_converters(connection)
+            # The backend's converters take a column expression, as the ORM gives them
+            # (SQLite's read its output_field: a bare field failed there).
+            column = f.get_col(model._meta.db_table)
+            converters = connection.ops.get_db_converters(column) + f.get_db_converters(connection)
             if converters:
-                converting.append((index, f, converters))
+                converting.append((index, column, converters))
         reader = ([f.attname for f in fields], converting)
         _ROW_READERS[key] = reader
     return reader
@@ -40,10 +43,10 @@ def instance_from_row(model: type[Any], values: Any) -> Any:
     if len(values) != len(attnames):
         raise ValueError(f"{len(values)} values for {len(attnames)} columns of {model.__name__}")
     converted = list(values)
-    for index, f, converters in converting:
+    for index, column, converters in converting:
         value = converted[index]
         for convert in converters:
-            value = convert(value, f, connection)
+            value = convert(value, column, connection)
         converted[index] = value
     return model.from_db(connection.alias, attnames, converted)
 
