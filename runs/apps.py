@@ -6,7 +6,10 @@ class RunsConfig(AppConfig):
     name = "runs"
 
     def ready(self) -> None:
-        from agentplatform import checks  # noqa: F401  (registers the system checks)
+        from agentplatform import (
+            checks,  # noqa: F401  (registers the system checks)
+            pgtime,
+        )
         from jobs.schedules import Schedule, schedule_register
         from jobs.services import dead_letter_listener_register
         from jobs.work import WorkKind, work_kind_register
@@ -14,6 +17,7 @@ class RunsConfig(AppConfig):
         from runs.engine import AFTER_TERMINAL
         from runs.services import run_after_terminal
 
+        pgtime.register()
         dead_letter_listener_register(dead_letter_announce)
         work_kind_register(WorkKind(name=AFTER_TERMINAL, handler=run_after_terminal))
         for schedule in (
