@@ -42,6 +42,7 @@ from django.utils import timezone
 
 from jobs import metrics
 from jobs.backoff import backoff_delay
+from jobs.db_rows import instance_from_row
 from jobs.logs import log
 from jobs.models import EventSubscription, OutboxEvent
 
@@ -386,7 +387,6 @@ def _batch_claim(
         fetched = cursor.fetchall()
     if not fetched:
         return [], Deliveries()
-    from runs.db_rows import instance_from_row
 
     width = len(OutboxEvent._meta.concrete_fields)
     rows = [instance_from_row(OutboxEvent, row[:width]) for row in fetched]

@@ -34,6 +34,7 @@ from django.utils import timezone
 
 from jobs import tracing
 from jobs.backoff import backoff_delay
+from jobs.db_rows import instance_from_row
 from jobs.locks import sweep_lock
 from jobs.logs import log
 from jobs.models import DeadLetter, WorkItem
@@ -329,8 +330,6 @@ def _claim(item_id: int) -> tuple[WorkItem | None, str]:
             )
             row = cursor.fetchone()
         if row is not None:
-            from runs.db_rows import instance_from_row
-
             return instance_from_row(WorkItem, row), "claimed"
     with transaction.atomic():
         item = WorkItem.objects.select_for_update().filter(pk=item_id).first()

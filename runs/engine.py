@@ -37,8 +37,8 @@ from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
 from agentplatform import observability
+from jobs.db_rows import instance_from_row
 from runs import dispatch
-from runs.db_rows import instance_from_row
 from runs.logs import log
 from runs.models import Approval, PullRequest, Repository, Run, Task, Workspace
 from runs.state import ACTIVE, STEPPABLE, TERMINAL, transition_check

@@ -22,8 +22,8 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Max, Q
 from django.utils import timezone
 
+from jobs.db_rows import row_json
 from runs import dispatch
-from runs.db_rows import row_json
 from runs.logs import log
 from runs.models import Approval, Membership, Repository, Run, Task, Workspace, WorkspaceSpend
 from runs.spend import workspace_spend_today

@@ -9,7 +9,7 @@ from decimal import Decimal
 from django.db import connections
 from django.db.backends.sqlite3.base import DatabaseWrapper
 
-from runs import db_rows
+from jobs import db_rows
 from runs.models import ApiToken, Workspace
 
 

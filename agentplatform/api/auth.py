@@ -15,7 +15,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from runs.db_rows import instance_from_row
+from jobs.db_rows import instance_from_row
 from runs.models import ApiToken
 
 TOKEN_PREFIX = "agp_"  # noqa: S105 - a public marker, not a secret

@@ -10,9 +10,9 @@ from django.db.models import Count
 from django.utils import timezone
 
 from agentplatform.api.rows import rows_as_values
+from jobs.db_rows import instance_from_row
 from jobs.models import OutboxEvent
 from runs.agent.budget import budget_used
-from runs.db_rows import instance_from_row
 from runs.models import Membership, Repository, Run, RunEvent, Task, Workspace
 from runs.services import Submission
 from runs.state import TERMINAL
