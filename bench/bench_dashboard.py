@@ -122,6 +122,7 @@ def seed(total: int) -> None:
                 Run(
                     task=task,
                     workspace_id=task.workspace_id,
+                    repository_id=task.repository_id,
                     run_no=1,
                     status=status,
                     started_at=begin,

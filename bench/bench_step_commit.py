@@ -49,7 +49,10 @@ def main() -> None:
         [Task(workspace=workspace, repository=repository, instruction="bench") for _ in range(N)]
     )
     runs = Run.objects.bulk_create(
-        [Run(task=t, workspace_id=t.workspace_id, run_no=1) for t in tasks]
+        [
+            Run(task=t, workspace_id=t.workspace_id, repository_id=t.repository_id, run_no=1)
+            for t in tasks
+        ]
     )
     runs = list(Run.objects.filter(pk__in=[r.pk for r in runs]).select_related("task"))
     # The wake-up message is not part of what is measured here.

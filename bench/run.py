@@ -1109,6 +1109,7 @@ class Bench:
                                 "id": "m.rid",
                                 "task_id": "m.tid",
                                 "workspace_id": "m.ws",
+                                "repository_id": "m.repo",
                                 "status": "m.st",
                                 "created_at": "m.created",
                                 "started_at": "m.created + interval '1 second'",

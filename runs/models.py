@@ -260,6 +260,12 @@ class Task(models.Model):
         return float(value)
 
 
+# Run.Status's terminal values (runs.state.TERMINAL), in the order the partial indexes of
+# active runs spell their condition: admission's count spells it the same way, so
+# PostgreSQL matches the index's condition at once instead of proving it value by value.
+RUN_TERMINAL_STATUSES = ("completed", "failed", "cancelled", "timed_out")
+
+
 class Run(models.Model):
     """One attempt at a task, advanced step by step under a fenced lease."""
 
@@ -285,6 +291,11 @@ class Run(models.Model):
     # to its task (see the run_ws_created index).
     workspace = models.ForeignKey(
         Workspace, on_delete=models.CASCADE, related_name="runs", editable=False, db_index=False
+    )
+    # The task's repository, copied the same way (a task never changes repository):
+    # admission counts a repository's active runs from the run_active index alone.
+    repository = models.ForeignKey(
+        Repository, on_delete=models.PROTECT, related_name="runs", editable=False, db_index=False
     )
     run_no = models.PositiveIntegerField()
     status = models.CharField(max_length=32, choices=Status.choices, default=Status.QUEUED)
@@ -332,13 +343,13 @@ class Run(models.Model):
             # One active run per task: follow-ups wait for the previous run to end.
             models.UniqueConstraint(
                 fields=["task"],
-                condition=~Q(status__in=["completed", "failed", "cancelled", "timed_out"]),
+                condition=~Q(status__in=RUN_TERMINAL_STATUSES),
                 name="run_one_active_per_task",
             ),
         ]
         indexes = [
-            # The reaper reads active runs through the partial unique index of active
-            # runs (run_one_active_per_task) or this one. No index holds a column the
+            # The reaper reads active runs through a partial index of active runs
+            # (run_one_active_per_task, run_active) or this one. No index holds a column the
             # lease writes (lease_owner, lease_until, heartbeat_at, attempt, wakes):
             # PostgreSQL can then make the lease's UPDATE and its renewals HOT updates,
             # which write no index entries; with lease_until indexed, every lease wrote
@@ -353,6 +364,15 @@ class Run(models.Model):
             # count, read one range of this index instead of walking every workspace's
             # runs and looking each one's task up.
             models.Index(fields=["workspace", "-created_at", "id"], name="run_ws_created"),
+            # Admission's counts of a workspace's and of a repository's active runs read
+            # one range of this index (it holds active runs only: ACTIVE's statuses, as
+            # admission names them) and stop at the limit, instead of every active run of
+            # every workspace through run_status_changed and each one's task.
+            models.Index(
+                fields=["workspace", "repository"],
+                condition=~Q(status__in=RUN_TERMINAL_STATUSES),
+                name="run_active",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -361,6 +381,8 @@ class Run(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         if self.workspace_id is None and self.task_id is not None:
             self.workspace_id = self.task.workspace_id
+        if self.repository_id is None and self.task_id is not None:
+            self.repository_id = self.task.repository_id
         super().save(*args, **kwargs)
 
     @property

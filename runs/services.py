@@ -25,7 +25,16 @@ from django.utils import timezone
 from jobs.db_rows import row_json
 from runs import dispatch
 from runs.logs import log
-from runs.models import Approval, Membership, Repository, Run, Task, Workspace, WorkspaceSpend
+from runs.models import (
+    RUN_TERMINAL_STATUSES,
+    Approval,
+    Membership,
+    Repository,
+    Run,
+    Task,
+    Workspace,
+    WorkspaceSpend,
+)
 from runs.spend import workspace_spend_today
 from runs.state import ACTIVE, TERMINAL
 from runs.timeline import (
@@ -84,12 +93,16 @@ def admission_check(*, workspace: Workspace, repository: Repository, margin: int
     budget = workspace.daily_cost_budget_usd
     # The repository's runs are among the workspace's: under a limit no lower than the
     # workspace's, its count never refuses what the workspace's count let through, and
-    # the workspace's alone is read (from the runs, without looking up their tasks).
+    # the workspace's alone is read.
     repository_decides = repository.max_active_runs < workspace.max_active_runs
+    # Each count stops at its limit: a count that reaches it refuses whatever the margin,
+    # and one below it is exact, so admission answers as with the full counts.
     in_workspace, in_repository, spent = _admission_counts(
         workspace_id=workspace.pk,
         repository_id=repository.pk if repository_decides else None,
         spend=budget > 0,
+        workspace_cap=workspace.max_active_runs,
+        repository_cap=repository.max_active_runs,
     )
     if in_workspace + margin >= workspace.max_active_runs:
         return _workspace_full(workspace)
@@ -101,8 +114,11 @@ def admission_check(*, workspace: Workspace, repository: Repository, margin: int
     return None
 
 
+_UNCAPPED = 2**63 - 1  # a count's LIMIT that never stops it (bigint's largest)
+
+
 def _active_runs_count(*, workspace_id: int, repository_id: int) -> tuple[int, int]:
-    """Active runs of the workspace and, among them, of the repository: one scan."""
+    """Active runs of the workspace and, among them, of the repository, in full."""
     in_workspace, in_repository, _ = _admission_counts(
         workspace_id=workspace_id, repository_id=repository_id, spend=False
     )
@@ -110,20 +126,26 @@ def _active_runs_count(*, workspace_id: int, repository_id: int) -> tuple[int, i
 
 
 def _admission_counts(
-    *, workspace_id: int, repository_id: int | None, spend: bool
+    *,
+    workspace_id: int,
+    repository_id: int | None,
+    spend: bool,
+    workspace_cap: int = _UNCAPPED,
+    repository_cap: int = _UNCAPPED,
 ) -> tuple[int, int, Decimal]:
-    """Active runs of the workspace and of the repository (one scan) and, with ``spend``,
-    the workspace's spend today (``workspace_spend_today``), read by one statement.
-    Without ``repository_id`` the repository's count is 0 and only the workspace's runs
-    are counted, by the workspace each run carries (no lookup of every run's task).
+    """Active runs of the workspace and of the repository, each counted up to its cap,
+    and, with ``spend``, the workspace's spend today (``workspace_spend_today``), read by
+    one statement (one snapshot). Without ``repository_id`` the repository's count is 0.
 
-    Every submission counts: a fixed statement (the count the ORM would compile from
-    ``aggregate(Count(...), Count(..., filter=...))``), not a queryset built each time.
+    Both counts read the run_active index by the workspace and repository each run
+    carries, and stop after ``cap`` runs: the cost follows the limit, not the queue.
+    Every submission counts: a fixed statement, not a queryset built each time.
     """
-    params: list[Any] = [] if repository_id is None else [repository_id]
+    params: list[Any] = [workspace_id, workspace_cap]
+    if repository_id is not None:
+        params += [workspace_id, repository_id, repository_cap]
     if spend:
         params += [workspace_id, timezone.now().astimezone(UTC).date()]
-    params.append(workspace_id)
     with connection.cursor() as cursor:
         cursor.execute(_admission_counts_sql(spend, repository_id is not None), params)
         in_workspace, in_repository, spent = cursor.fetchone()
@@ -133,8 +155,21 @@ def _admission_counts(
 @functools.cache
 def _admission_counts_sql(spend: bool, per_repository: bool) -> str:
     quote = connection.ops.quote_name
-    run, task = quote(Run._meta.db_table), quote(Task._meta.db_table)
-    statuses = ", ".join(f"'{status}'" for status in sorted(ACTIVE))  # our own enum values
+    run = quote(Run._meta.db_table)
+    # Active: not terminal, in the words of the run_active index's condition (the same
+    # values in the same order), which PostgreSQL then matches without a proof.
+    terminal = ", ".join(f"'{status}'" for status in RUN_TERMINAL_STATUSES)  # our enum values
+
+    def active(where: str) -> str:
+        return (
+            f"(SELECT COUNT(*) FROM (SELECT 1 FROM {run}"  # noqa: S608 - names are ours
+            f" WHERE (NOT ({quote('status')} IN ({terminal})) AND {where}) LIMIT %s) AS active)"
+        )
+
+    in_workspace = active(f"{quote('workspace_id')} = %s")
+    in_repository = "0"
+    if per_repository:
+        in_repository = active(f"{quote('workspace_id')} = %s AND {quote('repository_id')} = %s")
     spent = "NULL"
     if spend:
         # As workspace_spend_today reads it: the row of the workspace's current UTC day.
@@ -143,19 +178,7 @@ def _admission_counts_sql(spend: bool, per_repository: bool) -> str:
             f"(SELECT {quote('cost_usd')} FROM {table}"  # noqa: S608 - names are ours
             f" WHERE {quote('workspace_id')} = %s AND {quote('day')} = %s)"
         )
-    if not per_repository:
-        return (
-            f"SELECT COUNT({run}.{quote('id')}), 0, {spent} FROM {run}"  # noqa: S608 - names are ours
-            f" WHERE ({run}.{quote('status')} IN ({statuses})"
-            f" AND {run}.{quote('workspace_id')} = %s)"
-        )
-    return (
-        f"SELECT COUNT({run}.{quote('id')}),"  # noqa: S608 - names are ours
-        f" COUNT({run}.{quote('id')}) FILTER (WHERE {task}.{quote('repository_id')} = %s),"
-        f" {spent}"
-        f" FROM {run} INNER JOIN {task} ON ({run}.{quote('task_id')} = {task}.{quote('id')})"
-        f" WHERE ({run}.{quote('status')} IN ({statuses}) AND {task}.{quote('workspace_id')} = %s)"
-    )
+    return f"SELECT {in_workspace}, {in_repository}, {spent}"
 
 
 def _workspace_full(workspace: Workspace) -> str:
@@ -419,7 +442,13 @@ def _task_create(
         ]
         # Nobody else can append to a run inserted in this transaction: its first
         # sequence numbers are reserved by the INSERT itself instead of an UPDATE.
-        run = Run(task=task, workspace_id=ws.pk, run_no=run_no, last_sequence_no=len(first))
+        run = Run(
+            task=task,
+            workspace_id=ws.pk,
+            repository_id=task.repository_id,
+            run_no=run_no,
+            last_sequence_no=len(first),
+        )
         # Registered first, so the run's wake-up is the first thing sent on commit (before
         # the relay's wake-up, the live views' announcement and the metrics).
         dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
@@ -584,15 +613,16 @@ def _workspace_readmit(workspace_id: int, batch: int) -> int:
         if not Task.objects.filter(workspace_id=workspace_id, status=Task.Status.DEFERRED).exists():
             return 0
         ws = _lock_workspace(workspace_id)
-        active = Run.objects.filter(task__workspace=ws, status__in=ACTIVE)
+        # By the workspace and repository each run carries: the run_active index alone.
+        active = Run.objects.filter(workspace=ws, status__in=ACTIVE)
         room = min(batch, ws.max_active_runs - active.count())
         if room <= 0 or _budget_refusal(ws) is not None:
             return 0
         per_repository = dict(
             active.order_by()
-            .values_list("task__repository_id")
+            .values_list("repository_id")
             .annotate(n=Count("id"))
-            .values_list("task__repository_id", "n")
+            .values_list("repository_id", "n")
         )
         full: set[int] = set()
         admitted = 0

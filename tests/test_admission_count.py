@@ -5,6 +5,7 @@ repository's limit is not below the workspace's, only the workspace's runs are c
 
 from __future__ import annotations
 
+from datetime import date
 from decimal import Decimal
 
 import pytest
@@ -12,10 +13,16 @@ from django.db import connection
 from django.db.models import Count, Q
 from django.test.utils import CaptureQueriesContext
 
-from runs.models import Run
-from runs.services import _active_runs_count, _admission_counts, admission_check
-from runs.state import ACTIVE
+from runs.models import RUN_TERMINAL_STATUSES, Run
+from runs.services import (
+    _active_runs_count,
+    _admission_counts,
+    _admission_counts_sql,
+    admission_check,
+)
+from runs.state import ACTIVE, TERMINAL
 from tests.factories import RepositoryFactory, TaskFactory, WorkspaceFactory
+from tests.query_plans import query_plan
 
 pytestmark = pytest.mark.django_db
 
@@ -65,6 +72,10 @@ def test_the_workspace_count_alone_reads_the_runs_workspace() -> None:
         (3, 3, 3, "workspace at its limit of 3 active runs"),
         (5, 2, 2, "repository at its limit of 2 active runs"),
         (5, 2, 1, None),
+        # More active runs than the limit (a limit lowered under a full queue): the
+        # count stops at the limit and still refuses.
+        (3, 5, 7, "workspace at its limit of 3 active runs"),
+        (5, 2, 4, "repository at its limit of 2 active runs"),
     ],
 )
 def test_admission_answers_alike_whichever_count_it_reads(
@@ -76,5 +87,62 @@ def test_admission_answers_alike_whichever_count_it_reads(
         Run.objects.create(task=TaskFactory(workspace=workspace, repository=repository), run_no=1)
     with CaptureQueriesContext(connection) as queries:
         assert admission_check(workspace=workspace, repository=repository) == refusal
-    joined = "runs_task" in queries.captured_queries[0]["sql"]
-    assert joined == (repository_limit < workspace_limit)
+    sql = queries.captured_queries[0]["sql"]
+    assert "runs_task" not in sql
+    assert ("repository_id" in sql) == (repository_limit < workspace_limit)
+
+
+def test_the_counts_stop_at_their_caps_and_are_exact_below() -> None:
+    workspace = WorkspaceFactory()
+    mine, sibling = RepositoryFactory(workspace=workspace), RepositoryFactory(workspace=workspace)
+    for repository, active in ((mine, 4), (sibling, 3)):
+        for _ in range(active):
+            task = TaskFactory(workspace=workspace, repository=repository)
+            Run.objects.create(task=task, run_no=1)
+    assert _active_runs_count(workspace_id=workspace.pk, repository_id=mine.pk) == (7, 4)
+    counts = {
+        caps: _admission_counts(
+            workspace_id=workspace.pk,
+            repository_id=mine.pk,
+            spend=False,
+            workspace_cap=caps[0],
+            repository_cap=caps[1],
+        )[:2]
+        for caps in ((5, 2), (7, 4), (8, 5))
+    }
+    assert counts == {(5, 2): (5, 2), (7, 4): (7, 4), (8, 5): (7, 4)}
+
+
+def test_a_run_carries_its_tasks_repository() -> None:
+    workspace = WorkspaceFactory()
+    repository = RepositoryFactory(workspace=workspace)
+    task = TaskFactory(workspace=workspace, repository=repository)
+    run = Run.objects.create(task=task, run_no=1)
+    assert Run.objects.filter(pk=run.pk).values_list("workspace", "repository").get() == (
+        workspace.pk,
+        repository.pk,
+    )
+
+
+@pytest.mark.parametrize("per_repository", [False, True])
+def test_both_counts_read_the_active_runs_index(per_repository: bool) -> None:
+    """Each count reads the range of run_active that holds the workspace's (or the
+    repository's) active runs, not every active run through run_status_changed, nor the
+    workspace's runs of every status through run_ws_created, nor any task."""
+    workspace = WorkspaceFactory()
+    repository = RepositoryFactory(workspace=workspace)
+    Run.objects.create(task=TaskFactory(workspace=workspace, repository=repository), run_no=1)
+    params: list[object] = [workspace.pk, 10]
+    if per_repository:
+        params += [workspace.pk, repository.pk, 3]
+    params += [workspace.pk, date(2026, 1, 1)]
+    plan = query_plan(_admission_counts_sql(True, per_repository), params)
+    scans = [line for line in plan.splitlines() if "Scan" in line and "runs_run" in line]
+    assert len(scans) == (2 if per_repository else 1), plan
+    assert all("run_active" in line for line in scans), plan
+    assert "runs_task" not in plan
+
+
+def test_the_active_runs_index_holds_the_active_statuses() -> None:
+    assert frozenset(RUN_TERMINAL_STATUSES) == TERMINAL
+    assert frozenset(Run.Status.values) - TERMINAL == ACTIVE

@@ -30,6 +30,7 @@ def client() -> APIClient:
             Run(
                 task=TaskFactory(workspace=workspace, repository=repository),
                 workspace=workspace,
+                repository=repository,
                 run_no=1,
             )
             for _ in range(30)

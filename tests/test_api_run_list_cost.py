@@ -37,6 +37,7 @@ def _runs(workspace, repository, n: int) -> list[Run]:
             Run(
                 task=TaskFactory(workspace=workspace, repository=repository),
                 workspace=workspace,
+                repository=repository,
                 run_no=1,
             )
             for _ in range(n)

@@ -44,6 +44,7 @@ def test_the_budget_check_reads_one_row_of_the_spend_and_no_runs(budgeted) -> No
         Run(
             task=TaskFactory(workspace=workspace, repository=repository),
             workspace=workspace,
+            repository=repository,
             run_no=1,
         )
         for _ in range(30)
