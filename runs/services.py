@@ -95,14 +95,14 @@ def admission_check(*, workspace: Workspace, repository: Repository, margin: int
     # workspace's, its count never refuses what the workspace's count let through, and
     # the workspace's alone is read.
     repository_decides = repository.max_active_runs < workspace.max_active_runs
-    # Each count stops at its limit: a count that reaches it refuses whatever the margin,
-    # and one below it is exact, so admission answers as with the full counts.
+    # The count stops at the workspace's limit: a count that reaches it refuses whatever
+    # the margin, and below it both counts are exact, so admission answers as with the
+    # full counts.
     in_workspace, in_repository, spent = _admission_counts(
         workspace_id=workspace.pk,
         repository_id=repository.pk if repository_decides else None,
         spend=budget > 0,
-        workspace_cap=workspace.max_active_runs,
-        repository_cap=repository.max_active_runs,
+        cap=workspace.max_active_runs,
     )
     if in_workspace + margin >= workspace.max_active_runs:
         return _workspace_full(workspace)
@@ -126,26 +126,24 @@ def _active_runs_count(*, workspace_id: int, repository_id: int) -> tuple[int, i
 
 
 def _admission_counts(
-    *,
-    workspace_id: int,
-    repository_id: int | None,
-    spend: bool,
-    workspace_cap: int = _UNCAPPED,
-    repository_cap: int = _UNCAPPED,
+    *, workspace_id: int, repository_id: int | None, spend: bool, cap: int = _UNCAPPED
 ) -> tuple[int, int, Decimal]:
-    """Active runs of the workspace and of the repository, each counted up to its cap,
-    and, with ``spend``, the workspace's spend today (``workspace_spend_today``), read by
-    one statement (one snapshot). Without ``repository_id`` the repository's count is 0.
+    """Active runs of the workspace and, among them, of the repository (one scan, which
+    stops after ``cap`` runs of the workspace) and, with ``spend``, the workspace's spend
+    today (``workspace_spend_today``), read by one statement (one snapshot). Without
+    ``repository_id`` the repository's count is 0.
 
-    Both counts read the run_active index by the workspace and repository each run
-    carries, and stop after ``cap`` runs: the cost follows the limit, not the queue.
-    Every submission counts: a fixed statement, not a queryset built each time.
+    Below the cap both counts are exact; at the cap the workspace is full, whatever the
+    repository's count. The scan reads the run_active index (the workspace and the
+    repository each run carries) in its order, so it costs up to ``cap`` index entries
+    however many runs are queued; ordered, PostgreSQL cannot prefer a sequential scan
+    that hopes to meet the workspace's runs early. Every submission counts: a fixed
+    statement, not a queryset built each time.
     """
-    params: list[Any] = [workspace_id, workspace_cap]
-    if repository_id is not None:
-        params += [workspace_id, repository_id, repository_cap]
+    params: list[Any] = [] if repository_id is None else [repository_id]
     if spend:
         params += [workspace_id, timezone.now().astimezone(UTC).date()]
+    params += [workspace_id, cap]
     with connection.cursor() as cursor:
         cursor.execute(_admission_counts_sql(spend, repository_id is not None), params)
         in_workspace, in_repository, spent = cursor.fetchone()
@@ -156,20 +154,11 @@ def _admission_counts(
 def _admission_counts_sql(spend: bool, per_repository: bool) -> str:
     quote = connection.ops.quote_name
     run = quote(Run._meta.db_table)
+    repository = quote("repository_id")
     # Active: not terminal, in the words of the run_active index's condition (the same
     # values in the same order), which PostgreSQL then matches without a proof.
     terminal = ", ".join(f"'{status}'" for status in RUN_TERMINAL_STATUSES)  # our enum values
-
-    def active(where: str) -> str:
-        return (
-            f"(SELECT COUNT(*) FROM (SELECT 1 FROM {run}"  # noqa: S608 - names are ours
-            f" WHERE (NOT ({quote('status')} IN ({terminal})) AND {where}) LIMIT %s) AS active)"
-        )
-
-    in_workspace = active(f"{quote('workspace_id')} = %s")
-    in_repository = "0"
-    if per_repository:
-        in_repository = active(f"{quote('workspace_id')} = %s AND {quote('repository_id')} = %s")
+    in_repository = f"COUNT(*) FILTER (WHERE {repository} = %s)" if per_repository else "0"
     spent = "NULL"
     if spend:
         # As workspace_spend_today reads it: the row of the workspace's current UTC day.
@@ -178,7 +167,12 @@ def _admission_counts_sql(spend: bool, per_repository: bool) -> str:
             f"(SELECT {quote('cost_usd')} FROM {table}"  # noqa: S608 - names are ours
             f" WHERE {quote('workspace_id')} = %s AND {quote('day')} = %s)"
         )
-    return f"SELECT {in_workspace}, {in_repository}, {spent}"
+    return (
+        f"SELECT COUNT(*), {in_repository}, {spent}"  # noqa: S608 - names are ours
+        f" FROM (SELECT {repository} FROM {run}"
+        f" WHERE (NOT ({quote('status')} IN ({terminal})) AND {quote('workspace_id')} = %s)"
+        f" ORDER BY {repository} LIMIT %s) AS active"
+    )
 
 
 def _workspace_full(workspace: Workspace) -> str:
