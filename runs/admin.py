@@ -383,7 +383,7 @@ class RunAdmin(OperatorAdmin):
     list_display = (
         "short_id",
         "status_col",
-        "repository",
+        "repository_col",
         "task_col",
         "age",
         "in_state",
@@ -479,8 +479,10 @@ class RunAdmin(OperatorAdmin):
     def status_col(self, obj: Run) -> str:
         return status_badge(obj.status)
 
+    # Not named "repository": the list would show the run's own repository field first,
+    # one query per row.
     @admin.display(description="repository")
-    def repository(self, obj: Run) -> str:
+    def repository_col(self, obj: Run) -> str:
         return obj.task.repository.name
 
     @admin.display(description="task")
