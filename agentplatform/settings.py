@@ -257,6 +257,10 @@ RUN_STEP_DATABASE_RETRIES = _env_value("RUN_STEP_DATABASE_RETRIES", int, 60)
 # Submissions to one workspace admitted side by side while far from its limits (see
 # runs.services); 0 admits one at a time.
 ADMISSION_LANES = _env_value("ADMISSION_LANES", int, 8)
+# How long a worker goes on with a run's next steps itself (each still its own fenced
+# commit) before it leaves them to a wake-up message and takes other work; 0: one step
+# per message.
+RUN_STEP_SLICE_SECONDS = _env_value("RUN_STEP_SLICE_SECONDS", float, 1.0)
 # An active run with no lease and no progress for this long lost its wake-up message.
 RUN_STALL_SECONDS = _env_value("RUN_STALL_SECONDS", int, 60)
 SANDBOX_ROOT = Path(_env_value("SANDBOX_ROOT", str, str(VAR_DIR / "sandboxes")))

@@ -12,11 +12,16 @@ from runs.models import Run
 QUEUE_FOR_STATUS: dict[str, str] = {Run.Status.VERIFYING: "verify"}
 
 
+def queue_for(status: str) -> str:
+    """The queue whose workers take a step of a run in ``status``."""
+    return QUEUE_FOR_STATUS.get(status, "agent")
+
+
 def run_wake(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:
     """Send the message that makes a worker take step ``step_no`` of the run."""
     from runs.tasks import run_step
 
-    run_step.apply_async(args=(str(run_id), step_no), queue=QUEUE_FOR_STATUS.get(status, "agent"))
+    run_step.apply_async(args=(str(run_id), step_no), queue=queue_for(status))
 
 
 def run_wake_on_commit(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:

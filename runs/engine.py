@@ -243,6 +243,13 @@ def _lease_acquire_loaded(
         row = cursor.fetchone()
     if row is None:
         return None
+    run = _loaded_instances(row)
+    lease = Lease(run_id=run.id, owner=owner, attempt=run.attempt, step_no=step_no)
+    return lease, run
+
+
+def _loaded_instances(row: tuple[Any, ...]) -> Run:
+    """The run of a ``_loaded_select`` row, its task, repository and workspace attached."""
     instances = []
     offset = 0
     for model, _alias in _LOADED:
@@ -256,8 +263,33 @@ def _lease_acquire_loaded(
     Task.repository.field.set_cached_value(task, repository)
     Task.workspace.field.set_cached_value(task, workspace)
     Run.task.field.set_cached_value(run, task)
-    lease = Lease(run_id=run.id, owner=owner, attempt=run.attempt, step_no=step_no)
-    return lease, run
+    return run
+
+
+def lease_continue_loaded(lease: Lease) -> tuple[Lease, Run] | None:
+    """After a commit that kept the lease: the lease of the next step, with the run, its
+    task, repository and workspace as they are now (one SELECT, fenced on the lease; None
+    if the lease is no longer this worker's)."""
+    if connection.vendor != "postgresql":
+        run = (
+            _fenced(lease)
+            .filter(step_no=lease.step_no + 1)
+            .select_related("task__repository", "task__workspace")
+            .first()
+        )
+    else:
+        table = connection.ops.quote_name(Run._meta.db_table)
+        query = (
+            f"WITH leased AS (SELECT * FROM {table} WHERE id = %s AND lease_owner = %s "  # noqa: S608 - names are ours
+            f"AND attempt = %s AND step_no = %s) {_loaded_select()}"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(query, [lease.run_id, lease.owner, lease.attempt, lease.step_no + 1])
+            row = cursor.fetchone()
+        run = None if row is None else _loaded_instances(row)
+    if run is None:
+        return None
+    return Lease(run.id, lease.owner, lease.attempt, lease.step_no + 1), run
 
 
 def _fenced(lease: Lease) -> Any:
@@ -448,6 +480,10 @@ class StepContext:
         # Callables run inside the commit transaction (rows that belong to the step).
         self._commit_writes: list[Callable[[], None]] = []
         self._after_commit: list[Callable[[], None]] = []
+        # Until when (monotonic) a commit may keep the lease for the next step, and
+        # whether the commit did (see step_execute).
+        self.slice_end = float("-inf")
+        self.lease_kept = False
 
     @property
     def step_no(self) -> int:
@@ -506,18 +542,60 @@ def budget_check(ctx: StepContext) -> None:
     budget_enforce(ctx, "wall_clock_seconds", "cost_usd")
 
 
-def step_execute(*, run_id: str, step_no: int, owner: str | None = None) -> str:
-    """Execute one step of a run if this message is still current. Returns what happened.
+@dataclass
+class StepSlice:
+    """How long a worker may go on with a run's next steps once it holds its lease, and
+    the step it is at (kept up to date by ``step_execute``, so that a retry after an
+    error names the step that met it)."""
+
+    seconds: float
+    step_no: int = -1
+
+
+def step_execute(
+    *, run_id: str, step_no: int, owner: str | None = None, slice: StepSlice | None = None
+) -> str:
+    """Execute a step of a run if this message is still current. Returns what happened.
+
+    With a ``slice`` the worker keeps going: while the slice lasts and the next step is
+    one this worker's queue serves, the step's commit keeps the lease (renewed) instead
+    of sending a wake-up, and the next step starts here from the rows the commit left.
+    Each step is still its own fenced commit; if this process dies between two of them,
+    the lease runs out and the reaper recovers the run as after any crash.
 
     Raises on unexpected errors after giving the lease back, so the Celery task retries.
     """
     owner = owner or worker_identity()
+    if slice is not None:
+        slice.step_no = step_no
     acquired = lease_acquire_loaded(run_id=run_id, step_no=step_no, owner=owner)
     if acquired is None:
         return "skipped"
-    lease, run = acquired
+    slice_end = time.monotonic() + (slice.seconds if slice is not None else 0.0)
+    while True:
+        lease, run = acquired
+        ctx = StepContext(run, lease)
+        ctx.slice_end = slice_end
+        result = _step_once(ctx)
+        if not ctx.lease_kept:
+            return result
+        if slice is not None:
+            # From here on the kept lease is the next step's: a retry after an error
+            # (say, the database going away before that step could load) takes it back.
+            slice.step_no = lease.step_no + 1
+        acquired = lease_continue_loaded(lease)
+        if acquired is None:
+            # Only the reaper or a retry of this very message takes a lease that was
+            # renewed a moment ago: it is theirs now.
+            log.warning("step.lease_lost_between_steps", run_id=run_id, step_no=lease.step_no)
+            return "lease_lost"
+
+
+def _step_once(ctx: StepContext) -> str:
+    """One step under the lease ``ctx`` holds: the handler, then the fenced commit."""
+    run, lease = ctx.run, ctx.lease
+    run_id, step_no = str(run.id), lease.step_no
     observability.step_bind(run, step_no)
-    ctx = StepContext(run, lease)
     try:
         if run.cancel_requested_at is not None:
             outcome = Outcome(to=S.CANCELLED, reason="cancelled", detail=run.cancel_reason)
@@ -558,10 +636,18 @@ def step_commit(ctx: StepContext, outcome: Outcome) -> str:
         return "noop"
     source = run.status
     target = outcome.to
+    status = target or source
+    keep = (
+        time.monotonic() < ctx.slice_end
+        and status in STEPPABLE
+        and not outcome.wait
+        and dispatch.queue_for(status) == dispatch.queue_for(source)
+    )
     fields: dict[str, Any] = {
         "step_no": F("step_no") + 1,
-        "lease_owner": "",
-        "lease_until": None,
+        # A kept lease is renewed for the next step; otherwise it is given back.
+        "lease_owner": lease.owner if keep else "",
+        "lease_until": now + timedelta(seconds=settings.RUN_LEASE_SECONDS) if keep else None,
         "heartbeat_at": now,
         "checkpoint": ctx.checkpoint,
         **outcome.fields,
@@ -601,16 +687,18 @@ def step_commit(ctx: StepContext, outcome: Outcome) -> str:
             if target in TERMINAL:
                 events.extend(_terminal_events(ctx, target, outcome))
         next_step = lease.step_no + 1
-        status = target or source
         # The next step's wake-up is the first thing sent on commit (before the relay's
         # and the live views' wake-ups): it is what the run waits for.
-        if status in STEPPABLE and not outcome.wait:
+        if keep:
+            pass  # this worker takes the next step itself, right after the commit
+        elif status in STEPPABLE and not outcome.wait:
             dispatch.run_wake_on_commit(run_id=run.id, step_no=next_step, status=status)
         events_record(task=ctx.task, run=run, events=events, reserved=(last, reserved))
         if target in TERMINAL:
             transaction.on_commit(lambda: _after_terminal(run.id))
         for action in ctx._after_commit:
             transaction.on_commit(action)
+    ctx.lease_kept = keep
     log.info(
         "step.committed",
         run_id=str(run.id),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from celery import shared_task
+from celery.utils.time import get_exponential_backoff_interval
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
@@ -18,30 +19,43 @@ from runs import engine
     # A step's outcome lives in the run row; storing a result would cost a write per
     # step, and a retry would need the database just to record that it is retrying.
     ignore_result=True,
-    autoretry_for=(Exception,),
-    dont_autoretry_for=(engine.StepFailed, OperationalError, InterfaceError),
-    retry_backoff=2,
-    retry_backoff_max=120,
-    retry_jitter=True,
     max_retries=5,
 )
 def run_step(self: DurableTask, run_id: str, step_no: int, owner: str | None = None) -> str:
-    """Advance a run by one step if this message is still the current one.
+    """Advance a run from step ``step_no`` if this message is still the current one.
+
+    The worker may go on with the run's next steps for ``RUN_STEP_SLICE_SECONDS``
+    (``engine.step_execute``); a retry names the step that met the error, not the one
+    this message was sent for, which is over by then.
 
     When the database is unreachable or out of connections, that is no fault of the
     step: it is retried (with the same lease owner, so a lease it could not give back
     does not block it) for as long as ``RUN_STEP_DATABASE_RETRIES`` allows, apart from
-    the step's own retry budget, instead of ending the run.
+    the step's own retry budget, instead of ending the run. Any other error is retried
+    with exponential backoff (2 s doubling, capped at 120 s, jittered), up to
+    ``max_retries`` times.
     """
     owner = owner or engine.worker_identity()
+    at = engine.StepSlice(seconds=settings.RUN_STEP_SLICE_SECONDS)
     try:
-        return engine.step_execute(run_id=run_id, step_no=step_no, owner=owner)
+        return engine.step_execute(run_id=run_id, step_no=step_no, owner=owner, slice=at)
     except (OperationalError, InterfaceError) as exc:
         raise self.retry(
             exc=exc,
+            args=(run_id, at.step_no),
             kwargs={"owner": owner},
             countdown=backoff_delay(attempt=min(self.request.retries + 1, 6), base=0.5, cap=30.0),
             max_retries=settings.RUN_STEP_DATABASE_RETRIES,
+        ) from exc
+    except engine.StepFailed:
+        raise
+    except Exception as exc:
+        raise self.retry(
+            exc=exc,
+            args=(run_id, at.step_no),
+            countdown=get_exponential_backoff_interval(
+                factor=2, retries=self.request.retries, maximum=120, full_jitter=True
+            ),
         ) from exc
 
 

@@ -1,0 +1,307 @@
+"""A worker goes on with a run's next steps itself for a slice of time (RUN_STEP_SLICE_SECONDS).
+
+Each step is still its own fenced commit. The slice ends at a step another queue serves,
+at a wait, at a cancellation and when its time is up, and then a wake-up is sent as
+after any step. A step that fails inside the slice is retried as that step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from runs import dispatch, engine
+from runs.engine import Outcome, StepSlice, step_execute
+from runs.models import Run
+from runs.reaper import zombies_reap
+from runs.tasks import run_step
+from tests.factories import TaskFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+S = Run.Status
+
+CHAIN = [
+    S.QUEUED,
+    S.PREPARING,
+    S.CONTEXT_LOADING,
+    S.PLANNING,
+    S.RUNNING,
+    S.VERIFYING,
+    S.JUDGING,
+    S.CREATING_PR,
+    S.COMPLETED,
+]
+
+
+@pytest.fixture
+def run(repository):
+    task = TaskFactory(workspace=repository.workspace, repository=repository)
+    return Run.objects.create(task=task, run_no=1)
+
+
+@pytest.fixture
+def handlers(monkeypatch):
+    """No-op handlers moving a run along CHAIN; ``before[status]`` runs first in a step."""
+    before: dict[str, Any] = {}
+    seen: list[tuple[str, int, int]] = []
+
+    def make(source: str, target: str) -> Any:
+        def handler(ctx: engine.StepContext) -> Outcome:
+            seen.append((source, ctx.step_no, ctx.lease.attempt))
+            if source in before:
+                before[source](ctx)
+            ctx.checkpoint[source] = ctx.step_no
+            return Outcome(to=target)
+
+        return handler
+
+    table = {source: make(source, target) for source, target in itertools.pairwise(CHAIN)}
+    monkeypatch.setattr(engine, "_handlers", lambda: table)
+    return before, seen
+
+
+@pytest.fixture
+def wakes(monkeypatch):
+    """The wake-up messages sent, as (step_no, queue); they are sent for real too."""
+    sent: list[tuple[int, str]] = []
+    real = dispatch.run_wake
+
+    def run_wake(*, run_id: Any, step_no: int, status: str = "") -> None:
+        sent.append((step_no, dispatch.queue_for(status)))
+        real(run_id=run_id, step_no=step_no, status=status)
+
+    monkeypatch.setattr(dispatch, "run_wake", run_wake)
+    return sent
+
+
+def test_a_slice_takes_the_steps_of_one_queue_each_committed_on_its_own(run, handlers, wakes):
+    _before, seen = handlers
+
+    assert step_execute(run_id=str(run.id), step_no=0, slice=StepSlice(seconds=30)) == S.VERIFYING
+
+    run.refresh_from_db()
+    # Five steps on the "agent" queue under one lease; verifying is another queue's.
+    assert [source for source, _, _ in seen] == CHAIN[:5]
+    assert [step for _, step, _ in seen] == [0, 1, 2, 3, 4]
+    assert {attempt for _, _, attempt in seen} == {1}
+    assert (run.status, run.step_no, run.attempt) == (S.VERIFYING, 5, 1)
+    assert run.lease_owner == "" and run.lease_until is None
+    assert run.checkpoint == {source: n for n, source in enumerate(CHAIN[:5])}
+    assert wakes == [(5, "verify")]
+    changes = list(
+        run.events.filter(type="agent.run.status.changed")
+        .order_by("sequence_no")
+        .values_list("data__to", flat=True)
+    )
+    assert changes == CHAIN[1:6]
+    sequence = list(run.events.order_by("sequence_no").values_list("sequence_no", flat=True))
+    assert sequence == list(range(1, len(sequence) + 1))
+
+
+def test_each_step_of_a_slice_is_committed_before_the_next_begins(run, handlers):
+    before, _seen = handlers
+    committed: list[tuple[str, int, str]] = []
+
+    def look(ctx: engine.StepContext) -> None:
+        # From another connection's point of view (autocommit: no transaction is open).
+        row = Run.objects.filter(pk=ctx.run.pk).values_list("status", "step_no", "lease_owner")
+        committed.append(row.get())
+
+    before[S.PLANNING] = look
+    before[S.RUNNING] = look
+
+    step_execute(run_id=str(run.id), step_no=0, owner="w1", slice=StepSlice(seconds=30))
+
+    assert committed == [(S.PLANNING, 3, "w1"), (S.RUNNING, 4, "w1")]
+
+
+def test_without_a_slice_one_step_is_taken_and_the_next_is_woken(run, handlers, wakes):
+    _before, seen = handlers
+
+    assert step_execute(run_id=str(run.id), step_no=0) == S.PREPARING
+    assert step_execute(run_id=str(run.id), step_no=1, slice=StepSlice(seconds=0)) == (
+        S.CONTEXT_LOADING
+    )
+
+    assert len(seen) == 2
+    assert wakes == [(1, "agent"), (2, "agent")]
+
+
+def test_a_slice_ends_when_its_time_is_up(run, handlers, wakes):
+    before, seen = handlers
+    before[S.PREPARING] = lambda ctx: time.sleep(0.4)
+
+    step_execute(run_id=str(run.id), step_no=0, slice=StepSlice(seconds=0.3))
+
+    run.refresh_from_db()
+    assert [source for source, _, _ in seen] == [S.QUEUED, S.PREPARING]
+    assert (run.status, run.step_no, run.lease_owner) == (S.CONTEXT_LOADING, 2, "")
+    assert wakes == [(2, "agent")]
+
+
+def test_a_cancellation_between_two_steps_ends_the_run_at_the_next(run, handlers, wakes):
+    before, seen = handlers
+
+    def cancel_from_outside(ctx: engine.StepContext) -> None:
+        from runs.services import run_cancel_request
+
+        assert run_cancel_request(run=Run.objects.get(pk=ctx.run.pk), by="alice", reason="stop")
+
+    before[S.PREPARING] = cancel_from_outside
+
+    assert step_execute(run_id=str(run.id), step_no=0, slice=StepSlice(seconds=30)) == S.CANCELLED
+
+    run.refresh_from_db()
+    assert [source for source, _, _ in seen] == [S.QUEUED, S.PREPARING]
+    assert run.status == S.CANCELLED and run.failure_detail == "stop"
+    assert run.lease_owner == ""
+    # Only the cancellation's own wake-up of the step under way (a no-op by now).
+    assert wakes == [(1, "agent")]
+
+
+def test_a_step_sees_what_changed_since_the_slice_began(run, handlers):
+    before, _seen = handlers
+    seen_instructions: list[str] = []
+
+    def edit_task(ctx: engine.StepContext) -> None:
+        type(ctx.task).objects.filter(pk=ctx.task.pk).update(instruction="edited meanwhile")
+
+    before[S.PREPARING] = edit_task
+    before[S.CONTEXT_LOADING] = lambda ctx: seen_instructions.append(ctx.task.instruction)
+
+    step_execute(run_id=str(run.id), step_no=0, slice=StepSlice(seconds=30))
+
+    assert seen_instructions == ["edited meanwhile"]
+
+
+def test_a_slice_stops_at_a_lease_it_no_longer_holds(run, handlers, wakes):
+    before, seen = handlers
+
+    def taken_over(ctx: engine.StepContext) -> None:
+        # As the reaper does after a lease ran out: a new fencing token.
+        Run.objects.filter(pk=ctx.run.pk).update(attempt=ctx.lease.attempt + 1)
+
+    before[S.PREPARING] = taken_over
+
+    assert step_execute(run_id=str(run.id), step_no=0, slice=StepSlice(seconds=30)) == (
+        "lease_lost"
+    )
+
+    run.refresh_from_db()
+    assert [source for source, _, _ in seen] == [S.QUEUED, S.PREPARING]
+    assert (run.status, run.step_no) == (S.PREPARING, 1)
+    assert wakes == []
+
+
+def test_a_step_that_fails_inside_a_slice_is_retried_as_that_step(
+    run, handlers, settings, monkeypatch
+):
+    """The message was sent for step 0; the retry must name step 2, not a step long over
+    (a retry of step 0 would be skipped and the run would wait for the stall sweep)."""
+    before, seen = handlers
+    settings.RUN_STEP_SLICE_SECONDS = 30
+    failures = iter([RuntimeError("flaky tool")])
+
+    def flaky(ctx: engine.StepContext) -> None:
+        exc = next(failures, None)
+        if exc is not None:
+            raise exc
+
+    before[S.CONTEXT_LOADING] = flaky
+    retried: list[tuple[Any, ...]] = []
+    real_retry = run_step.retry
+
+    def retry(*args: Any, **kwargs: Any) -> Any:
+        retried.append(tuple(kwargs.get("args") or ()))
+        return real_retry(*args, **kwargs)
+
+    monkeypatch.setattr(run_step, "retry", retry)
+
+    # Executed in this process (apply); the retry is applied the same way, at once.
+    result = run_step.apply(args=(str(run.id), 0))
+
+    assert result.successful(), result.traceback
+    assert retried == [(str(run.id), 2)]
+    run.refresh_from_db()
+    assert (run.status, run.retries) == (S.VERIFYING, 1)
+    sources = [source for source, _, _ in seen]
+    assert sources == [S.QUEUED, S.PREPARING, S.CONTEXT_LOADING, S.CONTEXT_LOADING, *CHAIN[3:5]]
+
+
+def test_a_process_that_dies_between_two_steps_leaves_the_run_to_the_reaper(
+    run, handlers, wakes, settings
+):
+    """The commit kept the lease for a next step that never began: nothing is lost, the
+    reaper recovers the run once the lease has run out and wakes its next step."""
+    before, _seen = handlers
+
+    class Died(BaseException):
+        pass
+
+    def die(ctx: engine.StepContext) -> None:
+        raise Died()
+
+    before[S.CONTEXT_LOADING] = die
+
+    with pytest.raises(Died):
+        step_execute(run_id=str(run.id), step_no=0, owner="doomed", slice=StepSlice(seconds=30))
+
+    run.refresh_from_db()
+    assert (run.status, run.step_no, run.lease_owner) == (S.CONTEXT_LOADING, 2, "doomed")
+    assert wakes == []
+    assert zombies_reap().recovered == 0, "the lease is still valid"
+
+    Run.objects.filter(pk=run.pk).update(lease_until=timezone.now() - timezone.timedelta(seconds=1))
+    assert zombies_reap().recovered == 1
+
+    run.refresh_from_db()
+    assert (run.status, run.recoveries, run.lease_owner) == (S.CONTEXT_LOADING, 1, "")
+    assert wakes == [(2, "agent")]
+
+
+def _terminate_own_backend() -> None:
+    import psycopg
+    from django.conf import settings as django_settings
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    db = django_settings.DATABASES["default"]
+    with psycopg.connect(
+        dbname=db["NAME"], user=db["USER"], host=db["HOST"], port=db["PORT"], autocommit=True
+    ) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+
+def test_a_database_lost_right_after_a_kept_commit_retries_the_next_step(
+    run, handlers, settings, monkeypatch
+):
+    """The commit kept the lease for step 1, then the connection died before step 1 could
+    load: the retry names step 1 and, as the same owner, takes its lease back at once."""
+    before, seen = handlers
+    settings.RUN_STEP_SLICE_SECONDS = 30
+    before[S.QUEUED] = lambda ctx: ctx.after_commit(_terminate_own_backend)
+    retried: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    real_retry = run_step.retry
+
+    def retry(*args: Any, **kwargs: Any) -> Any:
+        retried.append((tuple(kwargs.get("args") or ()), dict(kwargs.get("kwargs") or {})))
+        return real_retry(*args, **kwargs)
+
+    monkeypatch.setattr(run_step, "retry", retry)
+
+    result = run_step.apply(args=(str(run.id), 0))
+
+    assert result.successful(), result.traceback
+    assert [args for args, _ in retried] == [(str(run.id), 1)]
+    owner = retried[0][1]["owner"]
+    run.refresh_from_db()
+    assert (run.status, run.step_no, run.retries, run.recoveries) == (S.VERIFYING, 5, 0, 0)
+    assert [source for source, _, _ in seen] == CHAIN[:5]
+    assert run.events.filter(type="agent.run.started").count() <= 1
+    assert owner
