@@ -13,26 +13,46 @@ from typing import Any
 
 from django.db import connection, models
 
+# (index in the row, column expression, the field's database converters).
+Converting = list[tuple[int, Any, list[Any]]]
+
 # Per (backend, model): the fields' attribute names and, for each field that has any,
 # its database converters. Asking every field for its converters on every step cost more
 # worker CPU than the lease's round trip.
-_ROW_READERS: dict[tuple[str, type[Any]], tuple[list[str], list[tuple[int, Any, list[Any]]]]] = {}
+_ROW_READERS: dict[tuple[str, type[Any]], tuple[list[str], Converting]] = {}
 
 
-def _row_reader(model: type[Any]) -> tuple[list[str], list[tuple[int, Any, list[Any]]]]:
+def converters_of(model: type[Any], fields: Any) -> Converting:
+    """(index, column, converters) for each of ``fields`` (of ``model``, in row order)
+    that has database converters on the current connection's backend."""
+    converting = []
+    for index, f in enumerate(fields):
+        # The backend's converters take a column expression, as the ORM gives them
+        # (SQLite's read its output_field: a bare field failed there).
+        column = f.get_col(model._meta.db_table)
+        converters = connection.ops.get_db_converters(column) + f.get_db_converters(connection)
+        if converters:
+            converting.append((index, column, converters))
+    return converting
+
+
+def row_convert(values: Any, converting: Converting) -> list[Any]:
+    """A raw row's values as the ORM reads them: each through its field's converters."""
+    converted = list(values)
+    for index, column, converters in converting:
+        value = converted[index]
+        for convert in converters:
+            value = convert(value, column, connection)
+        converted[index] = value
+    return converted
+
+
+def _row_reader(model: type[Any]) -> tuple[list[str], Converting]:
     key = (connection.vendor, model)
     reader = _ROW_READERS.get(key)
     if reader is None:
         fields = model._meta.concrete_fields
-        converting = []
-        for index, f in enumerate(fields):
-            # The backend's converters take a column expression, as the ORM gives them
-            # (SQLite's read its output_field: a bare field failed there).
-            column = f.get_col(model._meta.db_table)
-            converters = connection.ops.get_db_converters(column) + f.get_db_converters(connection)
-            if converters:
-                converting.append((index, column, converters))
-        reader = ([f.attname for f in fields], converting)
+        reader = ([f.attname for f in fields], converters_of(model, fields))
         _ROW_READERS[key] = reader
     return reader
 
@@ -42,13 +62,7 @@ def instance_from_row(model: type[Any], values: Any) -> Any:
     attnames, converting = _row_reader(model)
     if len(values) != len(attnames):
         raise ValueError(f"{len(values)} values for {len(attnames)} columns of {model.__name__}")
-    converted = list(values)
-    for index, column, converters in converting:
-        value = converted[index]
-        for convert in converters:
-            value = convert(value, column, connection)
-        converted[index] = value
-    return model.from_db(connection.alias, attnames, converted)
+    return model.from_db(connection.alias, attnames, row_convert(values, converting))
 
 
 # Per model: how each concrete field's value goes into a JSON row (see ``row_json``).

@@ -18,6 +18,8 @@ from django.utils import timezone
 from rest_framework import ISO_8601, serializers
 from rest_framework.settings import api_settings
 
+from jobs.db_rows import Converting, converters_of, row_convert
+
 
 class ListRows:
     """How rows of a list query render as ``serializer_class`` renders one object.
@@ -133,28 +135,10 @@ def rows_as_values(
     """Raw rows of ``columns`` (plain field names of ``model``) as ``values()`` returns
     them: each value through its field's database converters (JSON decoded, and so on)."""
     converting = _converters(connection.vendor, model, columns)
-    out = []
-    for row in rows:
-        values = list(row)
-        for index, column, converters in converting:
-            value = values[index]
-            for convert in converters:
-                value = convert(value, column, connection)
-            values[index] = value
-        out.append(dict(zip(columns, values, strict=True)))
-    return out
+    return [dict(zip(columns, row_convert(row, converting), strict=True)) for row in rows]
 
 
 @functools.cache
-def _converters(
-    vendor: str, model: type[models.Model], columns: tuple[str, ...]
-) -> list[tuple[int, Any, list[Callable[..., Any]]]]:
+def _converters(vendor: str, model: type[models.Model], columns: tuple[str, ...]) -> Converting:
     """(index, column, converters) for each of ``columns`` that has converters."""
-    converting = []
-    for index, name in enumerate(columns):
-        field = model._meta.get_field(name)
-        column = field.get_col(model._meta.db_table)  # type: ignore[union-attr]
-        converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)  # type: ignore[union-attr]
-        if converters:
-            converting.append((index, column, converters))
-    return converting
+    return converters_of(model, [model._meta.get_field(name) for name in columns])
