@@ -24,6 +24,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--top", type=int, default=35)
+    parser.add_argument(
+        "--slice",
+        type=float,
+        default=None,
+        help="seconds a step may go on with the next ones (default: RUN_STEP_SLICE_SECONDS)",
+    )
     args = parser.parse_args()
     env = bench_environment()
     os.environ.update(env)
@@ -36,6 +42,7 @@ def main() -> None:
     logging.getLogger().setLevel(logging.WARNING)
     for name in ("agentplatform", "celery", "django"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    from django.conf import settings
     from django.core.management import call_command
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -45,6 +52,8 @@ def main() -> None:
     from runs import dispatch, engine
     from runs.models import Repository, Run, Workspace
     from runs.services import task_submit
+
+    slice_seconds = settings.RUN_STEP_SLICE_SECONDS if args.slice is None else args.slice
 
     handlers = noop_handlers()
     engine._handlers = lambda: handlers  # type: ignore[assignment]
@@ -68,9 +77,13 @@ def main() -> None:
                     break
                 with CaptureQueriesContext(connection) as queries:
                     t = time.perf_counter()
-                    engine.step_execute(run_id=str(run.pk), step_no=current.step_no)
+                    engine.step_execute(
+                        run_id=str(run.pk),
+                        step_no=current.step_no,
+                        slice=engine.StepSlice(seconds=slice_seconds),
+                    )
                     step_time += time.perf_counter() - t
-                steps += 1
+                steps += Run.objects.get(pk=run.pk).step_no - current.step_no
                 for q in queries.captured_queries:
                     kinds[q["sql"].split()[0]] += 1
         return steps, kinds, submit_time, step_time

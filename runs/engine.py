@@ -25,6 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import (
+    DataError,
     InterfaceError,
     OperationalError,
     close_old_connections,
@@ -42,7 +43,7 @@ from runs import dispatch
 from runs.logs import log
 from runs.models import Approval, PullRequest, Repository, Run, Task, Workspace
 from runs.state import ACTIVE, STEPPABLE, TERMINAL, transition_check
-from runs.timeline import PendingEvent, events_record
+from runs.timeline import PendingEvent, events_insert_sql, events_record, events_recorded
 
 S = Run.Status
 
@@ -484,6 +485,8 @@ class StepContext:
         # whether the commit did (see step_execute).
         self.slice_end = float("-inf")
         self.lease_kept = False
+        # The next step's lease and rows, when the commit that kept the lease loaded them.
+        self.next_loaded: tuple[Lease, Run] | None = None
 
     @property
     def step_no(self) -> int:
@@ -583,7 +586,7 @@ def step_execute(
             # From here on the kept lease is the next step's: a retry after an error
             # (say, the database going away before that step could load) takes it back.
             slice.step_no = lease.step_no + 1
-        acquired = lease_continue_loaded(lease)
+        acquired = ctx.next_loaded or lease_continue_loaded(lease)
         if acquired is None:
             # Only the reaper or a retry of this very message takes a lease that was
             # renewed a moment ago: it is theirs now.
@@ -628,7 +631,9 @@ def _step_once(ctx: StepContext) -> str:
 
 
 def step_commit(ctx: StepContext, outcome: Outcome) -> str:
-    """Write the step's outcome in one fenced transaction and dispatch the next step."""
+    """Write the step's outcome, fenced on the lease, and dispatch the next step (or keep
+    the lease for it). The usual step commits in one round trip (``_commit_at_once``);
+    the rest, and any step that one refused, in a transaction."""
     run, lease = ctx.run, ctx.lease
     now = timezone.now()
     if outcome.noop:
@@ -670,6 +675,31 @@ def step_commit(ctx: StepContext, outcome: Outcome) -> str:
                 {"from": source, "to": target, "reason": outcome.reason},
             )
         )
+    if not _commit_at_once(ctx, outcome, fields=fields, events=events, keep=keep, now=now):
+        _commit_in_transaction(ctx, outcome, fields=fields, events=events, keep=keep)
+    ctx.lease_kept = keep
+    log.info(
+        "step.committed",
+        run_id=str(run.id),
+        step_no=lease.step_no,
+        source=source,
+        target=target or source,
+    )
+    return target or source
+
+
+def _commit_in_transaction(
+    ctx: StepContext,
+    outcome: Outcome,
+    *,
+    fields: dict[str, Any],
+    events: list[PendingEvent],
+    keep: bool,
+) -> None:
+    """Any step's commit: one transaction, the fenced UPDATE first."""
+    run, lease = ctx.run, ctx.lease
+    source, target = run.status, outcome.to
+    status = target or source
     # The fenced UPDATE also reserves the sequence numbers of the events known by now:
     # one statement instead of two, under the row lock it takes anyway.
     reserved = len(events)
@@ -698,15 +728,110 @@ def step_commit(ctx: StepContext, outcome: Outcome) -> str:
             transaction.on_commit(lambda: _after_terminal(run.id))
         for action in ctx._after_commit:
             transaction.on_commit(action)
-    ctx.lease_kept = keep
-    log.info(
-        "step.committed",
-        run_id=str(run.id),
-        step_no=lease.step_no,
-        source=source,
-        target=target or source,
-    )
-    return target or source
+
+
+# What the fenced check of ``_commit_at_once`` casts to an integer when it matched no row
+# (the cast fails, and with it everything sent in the same query string).
+_COMMIT_REFUSED = "step commit refused: lease or timeline moved"
+
+
+def _commit_at_once(
+    ctx: StepContext,
+    outcome: Outcome,
+    *,
+    fields: dict[str, Any],
+    events: list[PendingEvent],
+    keep: bool,
+    now: Any,
+) -> bool:
+    """The usual step's commit in one round trip; False when it does not apply or was
+    refused, having written nothing (the transaction in ``step_commit`` then decides).
+
+    One query string holds the fenced UPDATE of the run, the task's status when it
+    follows, the timeline and outbox INSERTs and, when the lease is kept, the next step's
+    load. PostgreSQL runs the statements of one query string as one transaction, so they
+    commit or fail together. The fence is the step's (owner, attempt, status, step
+    number) plus the timeline's last sequence number as this worker last saw it, so the
+    events can be numbered before the statement runs; when the fence matches no row, a
+    cast fails on purpose and nothing is written. Steps that write rows of their own, end
+    the run or carry expressions go through the transaction.
+    """
+    run, lease = ctx.run, ctx.lease
+    source, target = run.status, outcome.to
+    if (
+        connection.vendor != "postgresql"
+        or connection.in_atomic_block
+        or ctx._commit_writes
+        or target in TERMINAL
+    ):
+        return False
+    expected = run.last_sequence_no
+    written = _update_assignments({**fields, "last_sequence_no": expected + len(events)})
+    if written is None:
+        return False
+    assignments, params = written
+    run_id = Run._meta.get_field("id").get_db_prep_value(lease.run_id, connection)
+    statements = [
+        f"WITH fenced AS (UPDATE {_RUN_TABLE} SET {assignments} "  # noqa: S608 - names are ours
+        "WHERE id = %s AND lease_owner = %s AND attempt = %s AND status = %s "
+        "AND step_no = %s AND last_sequence_no = %s RETURNING 1) "
+        f"SELECT (CASE WHEN count(*) = 1 THEN '1' ELSE '{_COMMIT_REFUSED}' END)::int "
+        "FROM fenced"
+    ]
+    params += [run_id, lease.owner, lease.attempt, source, lease.step_no, expected]
+    followed = _task_status_followed(source=source, target=target)
+    if followed is not None:
+        statements.append(
+            f"UPDATE {_TASK_TABLE} SET status = %s, updated_at = %s "  # noqa: S608 - names are ours
+            "WHERE id = %s AND status <> %s"
+        )
+        task_id = Task._meta.get_field("id").get_db_prep_value(ctx.task.pk, connection)
+        params += [followed, now, task_id, followed]
+    if events:
+        sequences = list(range(expected + 1, expected + len(events) + 1))
+        inserts, values = events_insert_sql(
+            task=ctx.task, run=run, events=events, sequences=sequences
+        )
+        statements += inserts
+        params += values
+    if keep:
+        statements.append(
+            f"WITH leased AS (SELECT * FROM {_RUN_TABLE} WHERE id = %s "  # noqa: S608 - names are ours
+            f"AND lease_owner = %s AND attempt = %s AND step_no = %s) {_loaded_select()}"
+        )
+        params += [run_id, lease.owner, lease.attempt, lease.step_no + 1]
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("; ".join(statements), params)
+            row = None
+            if keep:
+                for _ in statements[1:]:
+                    cursor.nextset()
+                row = cursor.fetchone()
+    except DataError as error:
+        if _COMMIT_REFUSED not in str(error):
+            raise
+        return False
+    # Committed: what the transaction's path does on commit, in the same order.
+    status = target or source
+    run.status = status
+    run.last_sequence_no = expected + len(events)
+    if not keep and status in STEPPABLE and not outcome.wait:
+        # Outside a transaction "on commit" is now; a refused send is logged, as there.
+        dispatch.run_wake_on_commit(run_id=run.id, step_no=lease.step_no + 1, status=status)
+    if events:
+        events_recorded(task=ctx.task, run=run, events=events)
+    for action in ctx._after_commit:
+        action()
+    if row is not None:
+        ctx.next_loaded = (
+            Lease(run.id, lease.owner, lease.attempt, lease.step_no + 1),
+            _loaded_instances(row),
+        )
+    return True
+
+
+_TASK_TABLE = Task._meta.db_table
 
 
 def _fenced_update(lease: Lease, source: str, fields: dict[str, Any]) -> int | None:
@@ -836,17 +961,25 @@ def _delivered_before(task: Task, run: Run) -> bool:
     )
 
 
-def _task_status_follow(task: Task, *, source: str, target: str) -> None:
-    """The task says when it waits for a person, and when it runs again."""
+def _task_status_followed(*, source: str, target: str | None) -> str | None:
+    """The task's status when a step of its run moves from ``source`` to ``target``
+    (None: the task's status stays): it says when it waits for a person, and when it
+    runs again."""
+    if target is None or target in TERMINAL:
+        return None
     if target == S.AWAITING_APPROVAL:
-        status = Task.Status.AWAITING_APPROVAL
-    elif source == S.AWAITING_APPROVAL or source == S.QUEUED:
-        status = Task.Status.RUNNING
-    else:
-        return
-    Task.objects.filter(pk=task.pk).exclude(status=status).update(
-        status=status, updated_at=timezone.now()
-    )
+        return str(Task.Status.AWAITING_APPROVAL)
+    if source == S.AWAITING_APPROVAL or source == S.QUEUED:
+        return str(Task.Status.RUNNING)
+    return None
+
+
+def _task_status_follow(task: Task, *, source: str, target: str) -> None:
+    status = _task_status_followed(source=source, target=target)
+    if status is not None:
+        Task.objects.filter(pk=task.pk).exclude(status=status).update(
+            status=status, updated_at=timezone.now()
+        )
 
 
 AFTER_TERMINAL = "run.after_terminal"

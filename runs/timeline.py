@@ -125,8 +125,25 @@ def events_record(
             last = _sequence_reserve(run.id, len(pending) - count)
             sequences += range(last - (len(pending) - count) + 1, last + 1)
         run.last_sequence_no = last
-    prepared = events_prepare(
+    recorded, outbox = _rows_of(
         task=task, run=run, events=pending, sequences=sequences, causation_id=causation_id
+    )
+    _rows_insert(recorded, outbox)
+    events_recorded(task=task, run=run, events=pending)
+    return recorded
+
+
+def _rows_of(
+    *,
+    task: Task,
+    run: Run | None,
+    events: list[PendingEvent],
+    sequences: list[int],
+    causation_id: str | None = None,
+) -> tuple[list[RunEvent], list[OutboxEvent]]:
+    """The timeline's and the outbox's rows of ``events`` (not yet written)."""
+    prepared = events_prepare(
+        task=task, run=run, events=events, sequences=sequences, causation_id=causation_id
     )
     recorded = [
         RunEvent(
@@ -149,9 +166,23 @@ def events_record(
         )
         for event in prepared
     ]
-    _rows_insert(recorded, outbox)
-    events_recorded(task=task, run=run, events=pending)
-    return recorded
+    return recorded, outbox
+
+
+def events_insert_sql(
+    *, task: Task, run: Run, events: list[PendingEvent], sequences: list[int]
+) -> tuple[list[str], list[Any]]:
+    """The INSERTs of a run's ``events`` numbered ``sequences`` (PostgreSQL), for a writer
+    that sends them in one query string with its own statements and calls
+    ``events_recorded`` once they are committed."""
+    recorded, outbox = _rows_of(task=task, run=run, events=events, sequences=sequences)
+    statements: list[str] = []
+    params: list[Any] = []
+    for model, rows in ((RunEvent, recorded), (OutboxEvent, outbox)):
+        statement, values = _insert_statement(model, rows)
+        statements.append(statement)
+        params.extend(values)
+    return statements, params
 
 
 @dataclass

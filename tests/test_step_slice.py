@@ -302,6 +302,90 @@ def test_a_database_lost_right_after_a_kept_commit_retries_the_next_step(
     owner = retried[0][1]["owner"]
     run.refresh_from_db()
     assert (run.status, run.step_no, run.retries, run.recoveries) == (S.VERIFYING, 5, 0, 0)
-    assert [source for source, _, _ in seen] == CHAIN[:5]
-    assert run.events.filter(type="agent.run.started").count() <= 1
+    # Step 1 ran again if its first attempt met the dead connection at its commit (which
+    # then wrote nothing); no other step ran twice.
+    sources = [source for source, _, _ in seen]
+    assert list(dict.fromkeys(sources)) == CHAIN[:5]
+    assert sources.count(S.PREPARING) <= 2 and len(sources) - sources.count(S.PREPARING) == 4
     assert owner
+
+
+# --- the usual commit in one round trip ---------------------------------------------------
+
+
+def test_a_slice_costs_the_lease_and_one_statement_per_step(run, handlers):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        step_execute(run_id=str(run.id), step_no=0, slice=StepSlice(seconds=30))
+
+    statements = [q["sql"] for q in queries.captured_queries]
+    # The lease (with its load), then for each of the five steps one query string: its
+    # fenced UPDATE, the timeline and outbox rows and, but for the last, the next load.
+    assert len(statements) == 6, statements
+    assert statements[0].startswith("SET LOCAL synchronous_commit TO OFF; WITH leased AS (UPDATE")
+    for statement in statements[1:]:
+        assert statement.startswith("WITH fenced AS (UPDATE"), statement
+    assert "WITH leased AS (SELECT" in statements[1] and "WITH leased" not in statements[-1]
+    run.refresh_from_db()
+    assert (run.status, run.step_no, run.last_sequence_no) == (S.VERIFYING, 5, 5)
+
+
+def test_an_event_written_meanwhile_sends_the_commit_through_the_transaction(run, handlers):
+    """Another writer appended to the timeline during the step (a comment, a cancellation
+    request): the numbers the step gave its events are taken, so its one-statement commit
+    is refused whole and the transaction numbers them after the newcomer."""
+    from django.db import transaction
+
+    from runs.timeline import event_record
+
+    before, _seen = handlers
+
+    def someone_else_writes(ctx: engine.StepContext) -> None:
+        other = Run.objects.select_related("task").get(pk=ctx.run.pk)
+        with transaction.atomic():
+            event_record(task=other.task, run=other, type="agent.run.comment", data={"n": 1})
+
+    before[S.PREPARING] = someone_else_writes
+
+    step_execute(run_id=str(run.id), step_no=0, slice=StepSlice(seconds=30))
+
+    run.refresh_from_db()
+    assert (run.status, run.step_no) == (S.VERIFYING, 5)
+    rows = list(run.events.order_by("sequence_no").values_list("sequence_no", "type", "data"))
+    assert [n for n, _, _ in rows] == list(range(1, len(rows) + 1)) == list(range(1, 7))
+    assert rows[1][1] == "agent.run.comment"
+    assert [d["to"] for _, t, d in rows if t == "agent.run.status.changed"] == CHAIN[1:6]
+    assert run.last_sequence_no == 6
+
+
+def test_a_commit_that_fails_halfway_writes_nothing(run, handlers):
+    """The query string's later INSERT fails (a timeline row already holds the number):
+    the run's UPDATE sent before it in the same string is rolled back with it."""
+    from django.db import IntegrityError
+
+    from runs.models import RunEvent
+
+    before, _seen = handlers
+
+    def plant(ctx: engine.StepContext) -> None:
+        RunEvent.objects.create(
+            run_id=ctx.run.pk, sequence_no=ctx.run.last_sequence_no + 1, type="planted"
+        )
+
+    before[S.PREPARING] = plant
+
+    with pytest.raises(IntegrityError):
+        step_execute(run_id=str(run.id), step_no=0, owner="w", slice=StepSlice(seconds=30))
+
+    run.refresh_from_db()
+    assert (run.status, run.step_no, run.last_sequence_no) == (S.PREPARING, 1, 1)
+    assert run.lease_owner == "w", "the lease is as the last commit left it"
+    assert list(run.events.values_list("type", flat=True).order_by("sequence_no")) == [
+        "agent.run.status.changed",
+        "planted",
+    ]
+    from jobs.models import OutboxEvent
+
+    assert OutboxEvent.objects.filter(type="agent.run.status.changed").count() == 1
