@@ -24,6 +24,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--top", type=int, default=35)
+    parser.add_argument("--sort", default="cumulative", help="pstats order: cumulative, tottime")
     parser.add_argument(
         "--slice",
         type=float,
@@ -98,7 +99,7 @@ def main() -> None:
     drive(args.runs)
     profiler.disable()
     out = io.StringIO()
-    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(args.top)
+    pstats.Stats(profiler, stream=out).sort_stats(args.sort).print_stats(args.top)
     print(out.getvalue())
 
 
