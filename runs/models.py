@@ -396,7 +396,9 @@ class RunEvent(models.Model):
     """The timeline: facts about a run, gap-free and ordered by sequence_no."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: the unique (run, sequence_no) index serves every lookup by
+    # run, and a second one cost an index insert per event.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
     sequence_no = models.PositiveIntegerField()
     type = models.CharField(max_length=100)
     data = models.JSONField(default=dict)
