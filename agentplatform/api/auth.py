@@ -67,9 +67,11 @@ def api_token_resolve(secret: str) -> ApiToken | None:
 def _tokens_live(*, prefix: str) -> list[ApiToken]:
     """Unrevoked tokens with this prefix, each with its user loaded.
 
-    Every authenticated request runs this lookup: one prepared statement, the rows built
-    with ``from_db`` as the ORM builds them, instead of compiling the same queryset
-    (``select_related("user").filter(...)``) on every request.
+    Every authenticated request runs this lookup: one fixed statement (written once per
+    process), the rows built with ``from_db`` as the ORM builds them, instead of
+    compiling the same queryset (``select_related("user").filter(...)``) on every
+    request. PostgreSQL still plans it each time (client-side binding, no prepared
+    statements).
     """
     sql, split = _tokens_live_sql()
     with connection.cursor() as cursor:
