@@ -245,6 +245,10 @@ REDIS_URL = _env_value(
     CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else "redis://127.0.0.1:6379/0",
 )
 
+# The hot paths' fixed statements as server-side prepared statements (jobs.db_rows
+# cursor_prepared); 0 behind a pooler that does not keep them across transactions.
+DATABASE_PREPARED_STATEMENTS = _env_value("DATABASE_PREPARED_STATEMENTS", bool, True)
+
 # --- The platform ---------------------------------------------------------------------
 
 # How long a step's lease lasts without a heartbeat; heartbeats renew it every third.

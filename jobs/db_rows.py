@@ -8,10 +8,70 @@ instances through each field's database converters (JSON decoded, and so on).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, models
+
+
+@contextlib.contextmanager
+def cursor_prepared() -> Iterator[Any]:
+    """A cursor for one of the fixed statements hot paths send, whose plan PostgreSQL
+    keeps: each statement is prepared on the connection the first time it is sent and
+    executed by name from then on.
+
+    Django binds parameters client-side, so PostgreSQL parses and plans every statement
+    it receives; for the one-row lookups every request or step makes, planning took
+    three to five times as long as the execution. Only for a single statement with
+    ``%s`` parameters and a fixed text (the prepared statements a connection keeps are
+    looked up by text); it goes through Django's cursor wrapper (error translation) as
+    any other. ``DATABASE_PREPARED_STATEMENTS=0`` turns it off, for a
+    connection pooler that does not keep prepared statements across transactions.
+    """
+    if (
+        connection.vendor != "postgresql"
+        or not settings.DATABASE_PREPARED_STATEMENTS
+        # Django's query log (DEBUG, a test's query capture) reads the statement's text,
+        # which a statement executed by name does not carry: sent as text there.
+        or connection.queries_logged
+    ):
+        with connection.cursor() as cursor:
+            yield cursor
+        return
+    connection.validate_thread_sharing()
+    connection.ensure_connection()
+    psycopg_connection = connection.connection
+    if psycopg_connection.prepare_threshold is None:
+        # Django turns psycopg's preparing off; only these cursors ask for it (and
+        # psycopg's client-binding cursors, Django's own, never prepare).
+        psycopg_connection.prepare_threshold = _PREPARE_ONLY_WHEN_ASKED
+    raw = _preparing_cursor_class()(psycopg_connection)
+    with connection.make_cursor(raw) as cursor:
+        yield cursor
+
+
+def _preparing_cursor_class() -> type[Any]:
+    global _PREPARING_CURSOR
+    if _PREPARING_CURSOR is None:
+        from django.db.backends.postgresql.base import (  # type: ignore[attr-defined]
+            ServerBindingCursor,
+        )
+
+        class PreparingCursor(ServerBindingCursor):  # type: ignore[misc,valid-type]
+            def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+                kwargs.setdefault("prepare", True)
+                return super().execute(query, params, **kwargs)
+
+        _PREPARING_CURSOR = PreparingCursor
+    return _PREPARING_CURSOR
+
+
+_PREPARING_CURSOR: type[Any] | None = None
+# A count of executions no statement reaches: psycopg prepares only what asks for it.
+_PREPARE_ONLY_WHEN_ASKED = 2**31 - 1
 
 # (index in the row, column expression, the field's database converters).
 Converting = list[tuple[int, Any, list[Any]]]
