@@ -719,9 +719,8 @@ def _commit_in_transaction(
         next_step = lease.step_no + 1
         # The next step's wake-up is the first thing sent on commit (before the relay's
         # and the live views' wake-ups): it is what the run waits for.
-        if keep:
-            pass  # this worker takes the next step itself, right after the commit
-        elif status in STEPPABLE and not outcome.wait:
+        # (With the lease kept, this worker takes the next step itself.)
+        if not keep and status in STEPPABLE and not outcome.wait:
             dispatch.run_wake_on_commit(run_id=run.id, step_no=next_step, status=status)
         events_record(task=ctx.task, run=run, events=events, reserved=(last, reserved))
         if target in TERMINAL:

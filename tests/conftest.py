@@ -81,6 +81,33 @@ def repository(workspace: Any, sample_repo: Path) -> Any:
     return RepositoryFactory(workspace=workspace, clone_url=str(sample_repo))
 
 
+@pytest.fixture
+def run(repository: Any) -> Any:
+    """A queued run (run 1) of a task on ``repository``, no message sent."""
+    from runs.models import Run
+    from tests.factories import TaskFactory
+
+    task = TaskFactory(workspace=repository.workspace, repository=repository)
+    return Run.objects.create(task=task, run_no=1)
+
+
+def database_backend_terminate() -> None:
+    """Terminate this thread's PostgreSQL backend from another connection, as a database
+    restart or failover does: the next statement on it fails."""
+    import psycopg
+    from django.db import connection
+
+    connection.ensure_connection()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    db = settings.DATABASES["default"]
+    with psycopg.connect(
+        dbname=db["NAME"], user=db["USER"], host=db["HOST"], port=db["PORT"], autocommit=True
+    ) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+
 # --- worker processes -------------------------------------------------------------------------
 
 

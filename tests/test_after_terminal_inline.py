@@ -10,16 +10,9 @@ import jobs.work
 from jobs.models import WorkItem
 from runs.engine import AFTER_TERMINAL, run_end_unleased
 from runs.models import Run
-from tests.factories import TaskFactory
 
 pytestmark = pytest.mark.django_db
 S = Run.Status
-
-
-@pytest.fixture
-def run(repository):
-    task = TaskFactory(workspace=repository.workspace, repository=repository)
-    return Run.objects.create(task=task, run_no=1)
 
 
 @pytest.fixture

@@ -10,17 +10,10 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from runs.models import Run, RunEvent
-from tests.factories import TaskFactory
+from runs.models import RunEvent
 from tests.query_plans import query_plan
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def run(repository):
-    task = TaskFactory(workspace=repository.workspace, repository=repository)
-    return Run.objects.create(task=task, run_no=1)
 
 
 def _indexes() -> dict[str, str]:

@@ -20,16 +20,9 @@ from runs.engine import (
 from runs.models import Run, Task
 from runs.services import run_cancel_request
 from runs.timeline import event_record
-from tests.factories import TaskFactory
 
 pytestmark = pytest.mark.django_db
 S = Run.Status
-
-
-@pytest.fixture
-def run(repository):
-    task = TaskFactory(workspace=repository.workspace, repository=repository)
-    return Run.objects.create(task=task, run_no=1)
 
 
 def test_a_step_advances_the_run_once(run):

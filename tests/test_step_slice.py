@@ -19,7 +19,7 @@ from runs.engine import Outcome, StepSlice, step_execute
 from runs.models import Run
 from runs.reaper import zombies_reap
 from runs.tasks import run_step
-from tests.factories import TaskFactory
+from tests.conftest import database_backend_terminate
 
 pytestmark = pytest.mark.django_db(transaction=True)
 S = Run.Status
@@ -35,12 +35,6 @@ CHAIN = [
     S.CREATING_PR,
     S.COMPLETED,
 ]
-
-
-@pytest.fixture
-def run(repository):
-    task = TaskFactory(workspace=repository.workspace, repository=repository)
-    return Run.objects.create(task=task, run_no=1)
 
 
 @pytest.fixture
@@ -263,21 +257,6 @@ def test_a_process_that_dies_between_two_steps_leaves_the_run_to_the_reaper(
     assert wakes == [(2, "agent")]
 
 
-def _terminate_own_backend() -> None:
-    import psycopg
-    from django.conf import settings as django_settings
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        pid = cursor.fetchone()[0]
-    db = django_settings.DATABASES["default"]
-    with psycopg.connect(
-        dbname=db["NAME"], user=db["USER"], host=db["HOST"], port=db["PORT"], autocommit=True
-    ) as other:
-        other.execute("SELECT pg_terminate_backend(%s)", [pid])
-
-
 def test_a_database_lost_right_after_a_kept_commit_retries_the_next_step(
     run, handlers, settings, monkeypatch
 ):
@@ -285,7 +264,7 @@ def test_a_database_lost_right_after_a_kept_commit_retries_the_next_step(
     load: the retry names step 1 and, as the same owner, takes its lease back at once."""
     before, seen = handlers
     settings.RUN_STEP_SLICE_SECONDS = 30
-    before[S.QUEUED] = lambda ctx: ctx.after_commit(_terminate_own_backend)
+    before[S.QUEUED] = lambda ctx: ctx.after_commit(database_backend_terminate)
     retried: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
     real_retry = run_step.retry
 
