@@ -214,6 +214,21 @@ def lease_acquire_loaded(
 
 
 @functools.cache
+def _next_loaded_select() -> str:
+    """The load of the next step's rows under a kept lease (``_next_loaded_params``)."""
+    table = connection.ops.quote_name(Run._meta.db_table)
+    return (
+        f"WITH leased AS (SELECT * FROM {table} WHERE id = %s AND lease_owner = %s "  # noqa: S608 - names are ours
+        f"AND attempt = %s AND step_no = %s) {_loaded_select()}"
+    )
+
+
+def _next_loaded_params(lease: Lease) -> list[Any]:
+    run_id = Run._meta.get_field("id").get_db_prep_value(lease.run_id, connection)
+    return [run_id, lease.owner, lease.attempt, lease.step_no + 1]
+
+
+@functools.cache
 def _loaded_select() -> str:
     """The SELECT over the ``leased`` CTE that loads the rows of ``_LOADED`` (built once)."""
     quote = connection.ops.quote_name
@@ -279,13 +294,8 @@ def lease_continue_loaded(lease: Lease) -> tuple[Lease, Run] | None:
             .first()
         )
     else:
-        table = connection.ops.quote_name(Run._meta.db_table)
-        query = (
-            f"WITH leased AS (SELECT * FROM {table} WHERE id = %s AND lease_owner = %s "  # noqa: S608 - names are ours
-            f"AND attempt = %s AND step_no = %s) {_loaded_select()}"
-        )
         with connection.cursor() as cursor:
-            cursor.execute(query, [lease.run_id, lease.owner, lease.attempt, lease.step_no + 1])
+            cursor.execute(_next_loaded_select(), _next_loaded_params(lease))
             row = cursor.fetchone()
         run = None if row is None else _loaded_instances(row)
     if run is None:
@@ -683,9 +693,9 @@ def step_commit(ctx: StepContext, outcome: Outcome) -> str:
         run_id=str(run.id),
         step_no=lease.step_no,
         source=source,
-        target=target or source,
+        target=status,
     )
-    return target or source
+    return status
 
 
 def _commit_in_transaction(
@@ -794,11 +804,8 @@ def _commit_at_once(
         statements += inserts
         params += values
     if keep:
-        statements.append(
-            f"WITH leased AS (SELECT * FROM {_RUN_TABLE} WHERE id = %s "  # noqa: S608 - names are ours
-            f"AND lease_owner = %s AND attempt = %s AND step_no = %s) {_loaded_select()}"
-        )
-        params += [run_id, lease.owner, lease.attempt, lease.step_no + 1]
+        statements.append(_next_loaded_select())
+        params += _next_loaded_params(lease)
     try:
         with connection.cursor() as cursor:
             cursor.execute("; ".join(statements), params)
