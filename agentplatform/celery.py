@@ -20,6 +20,7 @@ _open_spans: dict[str, Any] = {}
 _TASK_ARG_CONTEXT: dict[str, tuple[str, ...]] = {
     "runs.step": ("run_id", "step_no"),
     "jobs.work": ("work_item_id",),
+    "jobs.work_drain": ("work_queue", "drain_slot"),
 }
 
 

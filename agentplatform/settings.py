@@ -319,6 +319,14 @@ WORK_POISON_CRASHES = _env_value("WORK_POISON_CRASHES", int, 3)
 WORK_REWAKE_SECONDS = _env_value("WORK_REWAKE_SECONDS", float, 30.0)
 WORK_REWAKE_MAX_SECONDS = _env_value("WORK_REWAKE_MAX_SECONDS", float, 600.0)
 WORK_SWEEP_LIMIT = _env_value("WORK_SWEEP_LIMIT", int, 500)
+# New items (webhook deliveries) are run by one drain task per queue; a drain runs items
+# for at most this long before a fresh task goes on, and up to this many drains of one
+# queue run at once while a backlog lasts.
+WORK_DRAIN_SECONDS = _env_value("WORK_DRAIN_SECONDS", float, 1.0)
+WORK_DRAIN_PARALLEL = _env_value("WORK_DRAIN_PARALLEL", int, 4)
+# Wake-ups of new items sent from a thread of their own, several requests' in one round
+# trip (the web entry point turns it on).
+WORK_WAKE_BATCHED = _env_value("WORK_WAKE_BATCHED", bool, False)
 EVENT_CONSUMER_MAX_RETRIES = _env_value("EVENT_CONSUMER_MAX_RETRIES", int, 5)
 EVENT_CONSUMER_RETRY_BASE_SECONDS = _env_value("EVENT_CONSUMER_RETRY_BASE_SECONDS", float, 2.0)
 # Outgoing HTTP subscriptions: attempts before a delivery is dead-lettered.

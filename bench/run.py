@@ -349,6 +349,9 @@ class Bench:
             RELAY_SCHEDULED_KEY,
         )
         self.redis.delete("bench:tasks", "bench:raw:done", "bench:raw:latency")
+        from jobs.work import work_wake_reset
+
+        work_wake_reset()
 
     def quiesce(self) -> None:
         """Start a figure from an empty broker and no work left by the figures before it.

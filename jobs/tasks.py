@@ -51,6 +51,20 @@ def work(item_id: int) -> str:
 
 
 @shared_task(
+    name="jobs.work_drain", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
+)
+def work_drain(queue: str, slot: int = 0) -> int:
+    """Run the queue's pending items, as many as fit in ``WORK_DRAIN_SECONDS``.
+
+    Only a wake-up, like ``jobs.work``: a drain that dies leaves its claimed item's lease
+    to expire and the others pending, and its slot frees itself.
+    """
+    from jobs.work import work_drain as drain
+
+    return drain(queue=queue, slot=slot).done
+
+
+@shared_task(
     name="jobs.work_sweep", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
 )
 def work_sweep() -> int:

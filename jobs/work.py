@@ -2,9 +2,11 @@
 
 A producer calls ``work_enqueue`` inside the transaction that creates the need (a webhook
 receipt, a published event), so the work exists exactly when its cause does. After
-commit one ``jobs.work`` message wakes a worker; if that send fails or the message dies
-with the broker, the row is still pending and ``work_sweep`` (beat, advisory-locked,
-capped per tick) wakes it again once it is overdue.
+commit a message wakes a worker; if that send fails or the message dies with the broker,
+the row is still pending and ``work_sweep`` (beat, advisory-locked, capped per tick) wakes
+it again once it is overdue. Items created by a request (a webhook delivery) are woken
+per queue, not per item: one ``jobs.work_drain`` task, queued or running, claims and runs
+the queue's pending items one after the other (see ``work_wake_new``).
 
 A worker claims the row with a lease before calling the kind's handler. Handlers are
 idempotent (receipts, ProcessedEvent rows, notification rows), so running one again after
@@ -18,7 +20,12 @@ be lost.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
+import os
+import threading
+import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterable
@@ -140,8 +147,7 @@ def work_enqueue_new(*, kind: str, key: str, args: dict[str, Any]) -> WorkItem:
         due_at=now,
         traceparent=tracing.traceparent_current() or "",
     )
-    pairs = [(item.pk, item.queue)]
-    transaction.on_commit(lambda: work_wake(pairs, record=False))
+    work_wake_new_on_commit(item.queue)
     return item
 
 
@@ -230,6 +236,255 @@ def work_wake(pairs: list[tuple[int, str]], *, countdown: float = 0.0, record: b
             # Unrecorded wake-ups cost at most one extra message per item.
             log.warning("work.wake_record_failed", exc_info=True)
     return len(sent)
+
+
+# --- draining: the first wake-up of new items, coalesced per queue -------------------------
+#
+# Redis keys next to the broker's, as the relay's wake-ups: "pending" says items were
+# committed since a drain of the queue last looked; a "slot" key says a drain task holds
+# that slot (queued or running) and will look again. Only slot 0 is taken by a wake-up;
+# a drain that runs out of time with items left also starts one in the next slot, up to
+# WORK_DRAIN_PARALLEL, so a backlog is worked off by several processes.
+
+WORK_DRAIN_TASK = "jobs.work_drain"
+# A slot whose drain died (killed worker, purged queue) is free again after this; its
+# items are still pending and the sweep wakes them meanwhile.
+DRAIN_SLOT_TTL_MS = 10_000
+
+
+def _drain_pending_key(queue: str) -> str:
+    return f"agentplatform:work:pending:{queue}"
+
+
+def _drain_slot_key(queue: str, slot: int) -> str:
+    return f"agentplatform:work:drain:{queue}:{slot}"
+
+
+def work_wake_new_on_commit(queue: str) -> None:
+    """On commit, wake the drain of ``queue`` for an item created in this transaction."""
+    if settings.WORK_WAKE_BATCHED:
+        transaction.on_commit(lambda: _batcher.add(queue))
+    else:
+        transaction.on_commit(lambda: work_wake_new(queue))
+
+
+def work_wake_new(*queues: str) -> int:
+    """Wake the drains of ``queues`` for items created just now; how many tasks were sent.
+
+    A request that creates an item pays one Redis round trip instead of a broker
+    message, and one drain task runs any number of items committed meanwhile. Without
+    the coalescing keys (embedded mode, Redis unreachable) a drain task is sent anyway.
+    Like a lost message, a refused send leaves the items pending for the sweep, which
+    measures their wait from ``created_at``.
+    """
+    from jobs.relay import _coalescing_client
+
+    idle = list(queues)
+    try:
+        client = _coalescing_client()
+        if client is not None:
+            pipe = client.pipeline(transaction=False)
+            for queue in queues:
+                pipe.set(_drain_pending_key(queue), 1, px=DRAIN_SLOT_TTL_MS)
+                pipe.set(_drain_slot_key(queue, 0), 1, nx=True, px=DRAIN_SLOT_TTL_MS)
+            taken = pipe.execute()[1::2]
+            idle = [queue for queue, took in zip(queues, taken, strict=True) if took]
+    except Exception:
+        log.warning("work.coalesce_failed", queues=list(queues), exc_info=True)
+        client = None
+    return sum(_drain_send(queue, 0, client) for queue in idle)
+
+
+def work_wake_reset() -> None:
+    """Forget the drains' wake-up keys (after purging the queues: no drain is queued)."""
+    from jobs.relay import _coalescing_client
+
+    with contextlib.suppress(Exception):
+        client = _coalescing_client()
+        if client is not None:
+            keys = list(client.scan_iter(match="agentplatform:work:*", count=1000))
+            if keys:
+                client.delete(*keys)
+
+
+class _WakeBatcher:
+    """The drains' wake-ups of a threaded web server, sent from one thread of its own.
+
+    A request thread only notes the queue; the wake-ups noted while a round trip is
+    under way go together in the next one, so under load one round trip serves many
+    requests instead of each paying its own. ``WORK_WAKE_BATCHED`` (on in the web
+    entry point). A wake-up that dies with the process before it is sent is one lost
+    message: the sweep wakes the items.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queues: set[str] = set()
+        self._noted = threading.Event()
+        self._pid = 0
+
+    def add(self, queue: str) -> None:
+        with self._lock:
+            self._queues.add(queue)
+            if self._pid != os.getpid():  # no thread yet, or it stayed in the parent
+                self._pid = os.getpid()
+                threading.Thread(target=self._loop, name="work-wake", daemon=True).start()
+                atexit.register(self.flush)
+        self._noted.set()
+
+    def flush(self) -> None:
+        with self._lock:
+            queues, self._queues = self._queues, set()
+        if queues:
+            work_wake_new(*sorted(queues))
+
+    def _loop(self) -> None:
+        while True:
+            self._noted.wait()
+            self._noted.clear()
+            try:
+                self.flush()
+            except Exception:  # never ends the thread: the sweep covers a lost wake-up
+                log.warning("work.wake_failed", exc_info=True)
+
+
+_batcher = _WakeBatcher()
+
+
+def _drain_send(queue: str, slot: int, client: Any) -> bool:
+    from celery import current_app
+
+    try:
+        current_app.send_task(WORK_DRAIN_TASK, args=(queue, slot), queue=queue)
+        return True
+    except Exception:
+        log.warning("work.wake_failed", queue=queue, drain_slot=slot)
+        if client is not None:
+            # The slot holds no task: the next wake-up may send one.
+            with contextlib.suppress(Exception):
+                client.delete(_drain_slot_key(queue, slot))
+        return False
+
+
+@functools.cache
+def _claim_next_sql() -> str:
+    """The claim of a drain: the oldest due item of the queue that no one holds, leased
+    as ``_claim_sql`` leases one item (the previous unfinished claim counted as a crash).
+    An item that would turn poison is left to ``_claim`` (woken by the sweep), which
+    dead-letters it under its row lock. Parameters: lease end, token, queue, now, now,
+    poison threshold."""
+    quote = connection.ops.quote_name
+    table = quote(WorkItem._meta.db_table)
+    columns = ", ".join(quote(f.column) for f in WorkItem._meta.concrete_fields)
+    lease_left = "(CASE WHEN lease_until IS NULL THEN 0 ELSE 1 END)"
+    return (
+        f"UPDATE {table} SET lease_until = %s, claim = %s, "  # noqa: S608 - names are ours
+        f"crashes = crashes + {lease_left}, attempts = attempts + 1, wakes = 0 "
+        f"WHERE id = (SELECT id FROM {table} WHERE status = 'pending' AND queue = %s "
+        "AND due_at <= %s AND (lease_until IS NULL OR lease_until <= %s) "
+        f"AND crashes + {lease_left} < %s ORDER BY due_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
+        f"RETURNING {columns}"
+    )
+
+
+def _claim_next(queue: str) -> WorkItem | None:
+    now = timezone.now()
+    if connection.vendor != "postgresql":
+        # SQLite (embedded) has one writer at a time: the oldest candidates, each claimed
+        # (or dead-lettered as poison) as a wake-up of that item would.
+        for pk in (
+            WorkItem.objects.filter(status=WorkItem.Status.PENDING, queue=queue, due_at__lte=now)
+            .filter(Q(lease_until__isnull=True) | Q(lease_until__lte=now))
+            .order_by("due_at")
+            .values_list("pk", flat=True)[:10]
+        ):
+            item, _ = _claim(pk)
+            if item is not None:
+                return item
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _claim_next_sql(),
+            [
+                now + timedelta(seconds=settings.WORK_LEASE_SECONDS),
+                uuid.uuid4().hex,
+                queue,
+                now,
+                now,
+                settings.WORK_POISON_CRASHES,
+            ],
+        )
+        row = cursor.fetchone()
+    return None if row is None else instance_from_row(WorkItem, row)
+
+
+@dataclass
+class DrainReport:
+    done: int = 0
+    more: bool = False
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+def work_drain(*, queue: str, slot: int = 0, seconds: float | None = None) -> DrainReport:
+    """Claim and run the queue's pending items one after another, for up to ``seconds``.
+
+    Each item is claimed, run and finished exactly as ``work_execute`` does it; a drain
+    is only a cheaper wake-up. Ends when no item is left (then looks again if items were
+    committed meanwhile) or when its time is up (then a fresh task goes on in this slot
+    and, if free, in the next one).
+    """
+    from jobs.relay import _coalescing_client
+
+    budget = settings.WORK_DRAIN_SECONDS if seconds is None else seconds
+    client = _coalescing_client()
+    if client is not None:
+        with contextlib.suppress(Exception):
+            client.delete(_drain_pending_key(queue))  # what was committed until now is ours
+    report = DrainReport()
+    started = refreshed = time.monotonic()
+    try:
+        while True:
+            if time.monotonic() - started >= budget:
+                report.more = True
+                break
+            item = _claim_next(queue)
+            if item is None:
+                break
+            outcome = _run(item)
+            report.outcomes[outcome] = report.outcomes.get(outcome, 0) + 1
+            report.done += 1
+            if client is not None and time.monotonic() - refreshed > 1.0:
+                refreshed = time.monotonic()
+                with contextlib.suppress(Exception):
+                    client.pexpire(_drain_slot_key(queue, slot), DRAIN_SLOT_TTL_MS)
+    finally:
+        _drain_done(queue, slot, client, more=report.more)
+    return report
+
+
+def _drain_done(queue: str, slot: int, client: Any, *, more: bool) -> None:
+    if client is None:
+        if more:
+            _drain_send(queue, slot, None)
+        return
+    try:
+        key = _drain_slot_key(queue, slot)
+        if more:
+            client.pexpire(key, DRAIN_SLOT_TTL_MS)
+            _drain_send(queue, slot, client)
+            helper = slot + 1
+            if helper < settings.WORK_DRAIN_PARALLEL and client.set(
+                _drain_slot_key(queue, helper), 1, nx=True, px=DRAIN_SLOT_TTL_MS
+            ):
+                _drain_send(queue, helper, client)
+            return
+        client.delete(key)
+        # An item committed after this drain's last claim, whose wake-up found the slot
+        # still held, sent nothing: it is this drain's to answer.
+        if client.get(_drain_pending_key(queue)):
+            work_wake_new(queue)
+    except Exception:  # the sweep wakes whatever this misses
+        log.warning("work.coalesce_failed", queue=queue, exc_info=True)
 
 
 def _rewake_after(wakes: int) -> float:
@@ -374,6 +629,11 @@ def work_execute(*, item_id: int) -> str:
     item, why = _claim(item_id)
     if item is None:
         return why
+    return _run(item)
+
+
+def _run(item: WorkItem) -> str:
+    """Run a claimed item's handler and record its outcome."""
     spec = work_kind(item.kind)
     # The item's own trace, not the one of whichever sender (relay, sweep) woke it.
     tracing.trace_activate(

@@ -193,9 +193,11 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
     """Start real worker processes; all are stopped at teardown. Purges queues first."""
     from agentplatform.celery import app
     from jobs.relay import relay_wake_reset
+    from jobs.work import work_wake_reset
 
     app.control.purge()
     relay_wake_reset()
+    work_wake_reset()
     workers: list[WorkerProcess] = []
 
     def start(
@@ -213,6 +215,7 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
         worker.stop()
     app.control.purge()
     relay_wake_reset()
+    work_wake_reset()
 
 
 def beat_start(schedule: Path, log: Any) -> subprocess.Popen[bytes]:

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection
 from django.utils import timezone
 
 from jobs import tracing
@@ -291,7 +291,7 @@ def webhook_receipt_record(
     commit and then insert nothing, so exactly one receipt (and one processing message)
     exists per (provider, hook, delivery).
     """
-    from jobs.work import work_kind, work_wake
+    from jobs.work import work_kind, work_wake_new_on_commit
 
     action = (
         payload.get("action")
@@ -341,9 +341,9 @@ def webhook_receipt_record(
         metrics.deliveries.labels(provider=provider, result="duplicate").inc()
         log.info("webhook.duplicate", provider=provider, delivery_id=delivery_id, hook_id=hook_id)
         return IntakeResult(receipt_id=existing, duplicate=True)
-    receipt_id, item_id, queue = row
-    # The item's first wake-up is not recorded (see jobs.work.work_enqueue_new).
-    transaction.on_commit(lambda: work_wake([(item_id, queue)], record=False))
+    receipt_id, _item_id, queue = row
+    # Woken as jobs.work.work_enqueue_new wakes a new item: through its queue's drain.
+    work_wake_new_on_commit(queue)
     metrics.deliveries.labels(provider=provider, result="accepted").inc()
     log.info(
         "webhook.received",
