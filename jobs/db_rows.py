@@ -9,7 +9,7 @@ instances through each field's database converters (JSON decoded, and so on).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -31,16 +31,57 @@ def cursor_prepared() -> Iterator[Any]:
     any other. ``DATABASE_PREPARED_STATEMENTS=0`` turns it off, for a
     connection pooler that does not keep prepared statements across transactions.
     """
-    if (
-        connection.vendor != "postgresql"
-        or not settings.DATABASE_PREPARED_STATEMENTS
-        # Django's query log (DEBUG, a test's query capture) reads the statement's text,
-        # which a statement executed by name does not carry: sent as text there.
-        or connection.queries_logged
-    ):
+    if not _preparing():
         with connection.cursor() as cursor:
             yield cursor
         return
+    raw = _preparing_connection()
+    with connection.make_cursor(_preparing_cursor_class()(raw)) as cursor:
+        yield cursor
+
+
+def execute_together(parts: Sequence[tuple[str, Sequence[Any]]]) -> tuple[Any, ...] | None:
+    """Run ``parts`` (statement, parameters) in one round trip and one transaction, outside
+    a transaction block (PostgreSQL); the first row of the last statement's result, if it
+    returns rows.
+
+    With prepared statements on (see ``cursor_prepared``), the statements go in one
+    pipeline, each prepared on the connection the first time its text is sent: the
+    batch up to its Sync is one implicit transaction, and PostgreSQL plans none of them
+    again. Otherwise they go as one query string, which PostgreSQL also runs as one
+    transaction. Either way an error in any of them rolls back all of them and arrives
+    as Django's.
+    """
+    if not _preparing():
+        with connection.cursor() as cursor:
+            cursor.execute("; ".join(text for text, _ in parts), [p for _, ps in parts for p in ps])
+            for _ in parts[1:]:
+                cursor.nextset()
+            return cursor.fetchone() if cursor.description else None
+    raw = _preparing_connection()
+    with (
+        connection.wrap_database_errors,
+        connection.make_cursor(_preparing_cursor_class()(raw)) as cursor,
+        raw.pipeline() as pipeline,
+    ):
+        for text, params in parts:
+            cursor.execute(text, params)
+        pipeline.sync()  # the errors of the batch are raised here
+        return cursor.fetchone() if cursor.description else None
+
+
+def _preparing() -> bool:
+    return (
+        connection.vendor == "postgresql"
+        and settings.DATABASE_PREPARED_STATEMENTS
+        # Django's query log (DEBUG, a test's query capture) reads the statement's text,
+        # which a statement executed by name does not carry: sent as text there.
+        and not connection.queries_logged
+    )
+
+
+def _preparing_connection() -> Any:
+    """The psycopg connection under Django's, set to prepare only what asks for it."""
     connection.validate_thread_sharing()
     connection.ensure_connection()
     psycopg_connection = connection.connection
@@ -48,9 +89,7 @@ def cursor_prepared() -> Iterator[Any]:
         # Django turns psycopg's preparing off; only these cursors ask for it (and
         # psycopg's client-binding cursors, Django's own, never prepare).
         psycopg_connection.prepare_threshold = _PREPARE_ONLY_WHEN_ASKED
-    raw = _preparing_cursor_class()(psycopg_connection)
-    with connection.make_cursor(raw) as cursor:
-        yield cursor
+    return psycopg_connection
 
 
 def _preparing_cursor_class() -> type[Any]:

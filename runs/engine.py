@@ -38,7 +38,7 @@ from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
 from agentplatform import observability
-from jobs.db_rows import instance_from_row
+from jobs.db_rows import execute_together, instance_from_row
 from runs import dispatch
 from runs.logs import log
 from runs.models import Approval, PullRequest, Repository, Run, Task, Workspace
@@ -566,7 +566,12 @@ class StepSlice:
 
 
 def step_execute(
-    *, run_id: str, step_no: int, owner: str | None = None, slice: StepSlice | None = None
+    *,
+    run_id: str,
+    step_no: int,
+    owner: str | None = None,
+    slice: StepSlice | None = None,
+    retry: bool = False,
 ) -> str:
     """Execute a step of a run if this message is still current. Returns what happened.
 
@@ -576,12 +581,24 @@ def step_execute(
     Each step is still its own fenced commit; if this process dies between two of them,
     the lease runs out and the reaper recovers the run as after any crash.
 
+    ``retry``: this is the retry of ``step_no`` after an error, by the same ``owner``
+    when the database went away. That step's commit may have landed with its answer
+    lost on the way back (the connection cut after PostgreSQL committed): the run is
+    then one step on, its lease kept by this owner or given back, and no wake-up was
+    sent for that step, so the retry takes it.
+
     Raises on unexpected errors after giving the lease back, so the Celery task retries.
     """
     owner = owner or worker_identity()
     if slice is not None:
         slice.step_no = step_no
     acquired = lease_acquire_loaded(run_id=run_id, step_no=step_no, owner=owner)
+    if acquired is None and retry:
+        acquired = lease_acquire_loaded(run_id=run_id, step_no=step_no + 1, owner=owner)
+        if acquired is not None:
+            log.warning("step.commit_found_landed", run_id=run_id, step_no=step_no)
+            if slice is not None:
+                slice.step_no = step_no + 1
     if acquired is None:
         return "skipped"
     slice_end = time.monotonic() + (slice.seconds if slice is not None else 0.0)
@@ -756,13 +773,14 @@ def _commit_at_once(
     """The usual step's commit in one round trip; False when it does not apply or was
     refused, having written nothing (the transaction in ``step_commit`` then decides).
 
-    One query string holds the fenced UPDATE of the run, the task's status when it
-    follows, the timeline and outbox INSERTs and, when the lease is kept, the next step's
-    load. PostgreSQL runs the statements of one query string as one transaction, so they
-    commit or fail together. The fence is the step's (owner, attempt, status, step
-    number) plus the timeline's last sequence number as this worker last saw it, so the
-    events can be numbered before the statement runs; when the fence matches no row, a
-    cast fails on purpose and nothing is written. Steps that write rows of their own, end
+    One batch (``execute_together``: prepared statements in one pipeline, or one query
+    string) holds the fenced UPDATE of the run, the task's status when it follows, the
+    timeline and outbox INSERTs and, when the lease is kept, the next step's load.
+    PostgreSQL runs the batch as one transaction, so they commit or fail together. The
+    fence is the step's (owner, attempt, status, step number) plus the timeline's last
+    sequence number as this worker last saw it, so the events can be numbered before the
+    batch runs; when the fence matches no row, a cast fails on purpose and nothing is
+    written. Steps that write rows of their own, end
     the run or carry expressions go through the transaction.
     """
     run, lease = ctx.run, ctx.lease
@@ -780,44 +798,39 @@ def _commit_at_once(
         return False
     assignments, params = written
     run_id = Run._meta.get_field("id").get_db_prep_value(lease.run_id, connection)
-    statements = [
-        f"WITH fenced AS (UPDATE {_RUN_TABLE} SET {assignments} "  # noqa: S608 - names are ours
-        "WHERE id = %s AND lease_owner = %s AND attempt = %s AND status = %s "
-        "AND step_no = %s AND last_sequence_no = %s RETURNING 1) "
-        f"SELECT (CASE WHEN count(*) = 1 THEN '1' ELSE '{_COMMIT_REFUSED}' END)::int "
-        "FROM fenced"
+    parts: list[tuple[str, list[Any]]] = [
+        (
+            f"WITH fenced AS (UPDATE {_RUN_TABLE} SET {assignments} "  # noqa: S608 - names are ours
+            "WHERE id = %s AND lease_owner = %s AND attempt = %s AND status = %s "
+            "AND step_no = %s AND last_sequence_no = %s RETURNING 1) "
+            f"SELECT (CASE WHEN count(*) = 1 THEN '1' ELSE '{_COMMIT_REFUSED}' END)::int "
+            "FROM fenced",
+            [*params, run_id, lease.owner, lease.attempt, source, lease.step_no, expected],
+        )
     ]
-    params += [run_id, lease.owner, lease.attempt, source, lease.step_no, expected]
     followed = _task_status_followed(source=source, target=target)
     if followed is not None:
-        statements.append(
-            f"UPDATE {_TASK_TABLE} SET status = %s, updated_at = %s "  # noqa: S608 - names are ours
-            "WHERE id = %s AND status <> %s"
-        )
         task_id = Task._meta.get_field("id").get_db_prep_value(ctx.task.pk, connection)
-        params += [followed, now, task_id, followed]
+        parts.append(
+            (
+                f"UPDATE {_TASK_TABLE} SET status = %s, updated_at = %s "  # noqa: S608 - names are ours
+                "WHERE id = %s AND status <> %s",
+                [followed, now, task_id, followed],
+            )
+        )
     if events:
         sequences = list(range(expected + 1, expected + len(events) + 1))
-        inserts, values = events_insert_sql(
-            task=ctx.task, run=run, events=events, sequences=sequences
-        )
-        statements += inserts
-        params += values
+        parts += events_insert_sql(task=ctx.task, run=run, events=events, sequences=sequences)
     if keep:
-        statements.append(_next_loaded_select())
-        params += _next_loaded_params(lease)
+        parts.append((_next_loaded_select(), _next_loaded_params(lease)))
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("; ".join(statements), params)
-            row = None
-            if keep:
-                for _ in statements[1:]:
-                    cursor.nextset()
-                row = cursor.fetchone()
+        row = execute_together(parts)
     except DataError as error:
         if _COMMIT_REFUSED not in str(error):
             raise
         return False
+    if not keep:
+        row = None
     # Committed: what the transaction's path does on commit, in the same order.
     status = target or source
     run.status = status

@@ -38,7 +38,9 @@ def run_step(self: DurableTask, run_id: str, step_no: int, owner: str | None = N
     owner = owner or engine.worker_identity()
     at = engine.StepSlice(seconds=settings.RUN_STEP_SLICE_SECONDS)
     try:
-        return engine.step_execute(run_id=run_id, step_no=step_no, owner=owner, slice=at)
+        return engine.step_execute(
+            run_id=run_id, step_no=step_no, owner=owner, slice=at, retry=self.request.retries > 0
+        )
     except (OperationalError, InterfaceError) as exc:
         raise self.retry(
             exc=exc,

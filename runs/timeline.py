@@ -171,18 +171,15 @@ def _rows_of(
 
 def events_insert_sql(
     *, task: Task, run: Run, events: list[PendingEvent], sequences: list[int]
-) -> tuple[list[str], list[Any]]:
-    """The INSERTs of a run's ``events`` numbered ``sequences`` (PostgreSQL), for a writer
-    that sends them in one query string with its own statements and calls
-    ``events_recorded`` once they are committed."""
+) -> list[tuple[str, list[Any]]]:
+    """The INSERTs (statement, parameters) of a run's ``events`` numbered ``sequences``
+    (PostgreSQL), for a writer that sends them in one round trip with its own statements
+    and calls ``events_recorded`` once they are committed."""
     recorded, outbox = _rows_of(task=task, run=run, events=events, sequences=sequences)
-    statements: list[str] = []
-    params: list[Any] = []
-    for model, rows in ((RunEvent, recorded), (OutboxEvent, outbox)):
-        statement, values = _insert_statement(model, rows)
-        statements.append(statement)
-        params.extend(values)
-    return statements, params
+    return [
+        _insert_statement(model, rows)
+        for model, rows in ((RunEvent, recorded), (OutboxEvent, outbox))
+    ]
 
 
 @dataclass

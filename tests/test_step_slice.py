@@ -289,6 +289,42 @@ def test_a_database_lost_right_after_a_kept_commit_retries_the_next_step(
     assert owner
 
 
+@pytest.mark.parametrize("slice_seconds", [30, 0])
+def test_a_commit_whose_answer_was_lost_is_taken_up_by_its_retry(
+    run, handlers, settings, monkeypatch, slice_seconds
+):
+    """PostgreSQL committed step 0, then the connection went before the answer came back:
+    the retry of step 0 finds the run one step on (its lease kept by the same owner, or
+    given back with no wake-up sent) and goes on from there instead of skipping it."""
+    _, seen = handlers
+    settings.RUN_STEP_SLICE_SECONDS = slice_seconds
+    real = engine.execute_together
+    lost: list[int] = []
+
+    def commit_then_lose_the_answer(parts: Any) -> Any:
+        row = real(parts)
+        if not lost:
+            lost.append(1)
+            database_backend_terminate()
+            real([("SELECT 1", [])])  # the lost connection, as the caller meets it
+        return row
+
+    monkeypatch.setattr(engine, "execute_together", commit_then_lose_the_answer)
+
+    result = run_step.apply(args=(str(run.id), 0))
+
+    assert result.successful(), result.traceback
+    assert lost
+    run.refresh_from_db()
+    if slice_seconds:
+        assert (run.status, run.step_no) == (S.VERIFYING, 5)
+    else:
+        assert (run.status, run.step_no, run.lease_owner) == (S.CONTEXT_LOADING, 2, "")
+    # No step ran twice: step 0 landed once, and its retry went on with step 1.
+    sources = [source for source, _, _ in seen]
+    assert sources == CHAIN[: run.step_no]
+
+
 # --- the usual commit in one round trip ---------------------------------------------------
 
 
@@ -311,12 +347,16 @@ def test_a_slice_costs_the_lease_and_one_statement_per_step(run, handlers):
     assert (run.status, run.step_no, run.last_sequence_no) == (S.VERIFYING, 5, 5)
 
 
-def test_an_event_written_meanwhile_sends_the_commit_through_the_transaction(run, handlers):
+@pytest.mark.parametrize("prepared", [True, False], ids=["pipeline", "query-string"])
+def test_an_event_written_meanwhile_sends_the_commit_through_the_transaction(
+    run, handlers, settings, prepared
+):
     """Another writer appended to the timeline during the step (a comment, a cancellation
-    request): the numbers the step gave its events are taken, so its one-statement commit
+    request): the numbers the step gave its events are taken, so its one-round-trip commit
     is refused whole and the transaction numbers them after the newcomer."""
     from django.db import transaction
 
+    settings.DATABASE_PREPARED_STATEMENTS = prepared
     from runs.timeline import event_record
 
     before, _seen = handlers
@@ -339,11 +379,13 @@ def test_an_event_written_meanwhile_sends_the_commit_through_the_transaction(run
     assert run.last_sequence_no == 6
 
 
-def test_a_commit_that_fails_halfway_writes_nothing(run, handlers):
-    """The query string's later INSERT fails (a timeline row already holds the number):
-    the run's UPDATE sent before it in the same string is rolled back with it."""
+@pytest.mark.parametrize("prepared", [True, False], ids=["pipeline", "query-string"])
+def test_a_commit_that_fails_halfway_writes_nothing(run, handlers, settings, prepared):
+    """The batch's later INSERT fails (a timeline row already holds the number): the
+    run's UPDATE sent before it in the same batch is rolled back with it."""
     from django.db import IntegrityError
 
+    settings.DATABASE_PREPARED_STATEMENTS = prepared
     from runs.models import RunEvent
 
     before, _seen = handlers
@@ -368,3 +410,21 @@ def test_a_commit_that_fails_halfway_writes_nothing(run, handlers):
     from jobs.models import OutboxEvent
 
     assert OutboxEvent.objects.filter(type="agent.run.status.changed").count() == 1
+
+
+def test_the_commits_of_a_slice_are_prepared_once_and_run_by_name(run, handlers):
+    """PostgreSQL planned each commit's statements on every step (0.3-0.5 ms of planning
+    for 0.05-0.1 ms of execution): they are prepared statements of the connection now."""
+    from django.db import connection
+
+    step_execute(run_id=str(run.id), step_no=0, slice=StepSlice(seconds=30))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [statement for (statement,) in cursor.fetchall()]
+    fenced = [s for s in prepared if s.startswith("WITH fenced AS (UPDATE")]
+    # One text per kind of update the five steps made, parameters bound by the server.
+    assert fenced and all("$1" in s for s in fenced)
+    assert any(s.startswith("INSERT INTO") and "runs_runevent" in s for s in prepared)
+    assert any(s.startswith("WITH leased AS (SELECT") for s in prepared)
+    run.refresh_from_db()
+    assert (run.status, run.step_no, run.last_sequence_no) == (S.VERIFYING, 5, 5)
