@@ -144,28 +144,29 @@ def _lease_update(*, run_id: uuid.UUID | str, step_no: int, owner: str) -> tuple
     return statement, params
 
 
-def _relaxed_prefix() -> str:
-    # The lease need not wait for its own disk flush: the step's commit flushes it (WAL
-    # is written in order), and if PostgreSQL crashes before that, the lease and the
-    # step are lost together and the fenced commit refuses. Sent in the same round trip
-    # (one implicit transaction); only outside a caller's transaction, whose commit must
-    # stay synchronous.
+# The lease need not wait for its own disk flush: the step's commit flushes it (WAL is
+# written in order), and if PostgreSQL crashes before that, the lease and the step are
+# lost together and the fenced commit refuses.
+_RELAXED_COMMIT: tuple[str, list[Any]] = ("SELECT set_config('synchronous_commit', 'off', true)", [])
+
+
+def _leased_row(statement: str, params: list[Any]) -> tuple[Any, ...] | None:
+    """The first row of a lease-taking ``statement``; outside a caller's transaction
+    (whose commit must stay synchronous) sent with the relaxed commit in one round trip
+    and one implicit transaction, as prepared statements where they are on."""
     if connection.vendor == "postgresql" and not connection.in_atomic_block:
-        return "SET LOCAL synchronous_commit TO OFF; "
-    return ""
+        return execute_together([_RELAXED_COMMIT, (statement, params)])
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchone()
 
 
 def lease_acquire(*, run_id: uuid.UUID | str, step_no: int, owner: str) -> Lease | None:
     """Take the run's lease for ``step_no``; None if the message is stale or the run busy."""
     statement, params = _lease_update(run_id=run_id, step_no=step_no, owner=owner)
-    prefix = _relaxed_prefix()
     # One statement takes the lease and returns the new fencing token: the step's wake-up
     # latency is mostly round trips to the database.
-    with connection.cursor() as cursor:
-        cursor.execute(f"{prefix}{statement} RETURNING attempt", params)
-        if prefix:
-            cursor.nextset()  # past the SET's (empty) result
-        row = cursor.fetchone()
+    row = _leased_row(f"{statement} RETURNING attempt", params)
     if row is None:
         return None
     return Lease(run_id=uuid.UUID(str(run_id)), owner=owner, attempt=row[0], step_no=step_no)
@@ -250,13 +251,7 @@ def _lease_acquire_loaded(
     *, run_id: uuid.UUID | str, step_no: int, owner: str
 ) -> tuple[Lease, Run] | None:
     statement, params = _lease_update(run_id=run_id, step_no=step_no, owner=owner)
-    prefix = _relaxed_prefix()
-    query = f"{prefix}WITH leased AS ({statement} RETURNING *) {_loaded_select()}"
-    with connection.cursor() as cursor:
-        cursor.execute(query, params)
-        if prefix:
-            cursor.nextset()  # past the SET's (empty) result
-        row = cursor.fetchone()
+    row = _leased_row(f"WITH leased AS ({statement} RETURNING *) {_loaded_select()}", params)
     if row is None:
         return None
     run = _loaded_instances(row)

@@ -303,7 +303,7 @@ def test_a_commit_whose_answer_was_lost_is_taken_up_by_its_retry(
 
     def commit_then_lose_the_answer(parts: Any) -> Any:
         row = real(parts)
-        if not lost:
+        if not lost and parts[0][0].startswith("WITH fenced AS (UPDATE"):
             lost.append(1)
             database_backend_terminate()
             real([("SELECT 1", [])])  # the lost connection, as the caller meets it
@@ -339,7 +339,9 @@ def test_a_slice_costs_the_lease_and_one_statement_per_step(run, handlers):
     # The lease (with its load), then for each of the five steps one query string: its
     # fenced UPDATE, the timeline and outbox rows and, but for the last, the next load.
     assert len(statements) == 6, statements
-    assert statements[0].startswith("SET LOCAL synchronous_commit TO OFF; WITH leased AS (UPDATE")
+    assert statements[0].startswith(
+        "SELECT set_config('synchronous_commit', 'off', true); WITH leased AS (UPDATE"
+    )
     for statement in statements[1:]:
         assert statement.startswith("WITH fenced AS (UPDATE"), statement
     assert "WITH leased AS (SELECT" in statements[1] and "WITH leased" not in statements[-1]
