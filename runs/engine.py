@@ -147,7 +147,10 @@ def _lease_update(*, run_id: uuid.UUID | str, step_no: int, owner: str) -> tuple
 # The lease need not wait for its own disk flush: the step's commit flushes it (WAL is
 # written in order), and if PostgreSQL crashes before that, the lease and the step are
 # lost together and the fenced commit refuses.
-_RELAXED_COMMIT: tuple[str, list[Any]] = ("SELECT set_config('synchronous_commit', 'off', true)", [])
+_RELAXED_COMMIT: tuple[str, list[Any]] = (
+    "SELECT set_config('synchronous_commit', 'off', true)",
+    [],
+)
 
 
 def _leased_row(statement: str, params: list[Any]) -> tuple[Any, ...] | None:
