@@ -38,7 +38,7 @@ from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
 from agentplatform import observability
-from jobs.db_rows import execute_together, instance_from_row
+from jobs.db_rows import cursor_prepared, execute_together, instance_from_row
 from runs import dispatch
 from runs.logs import log
 from runs.models import Approval, PullRequest, Repository, Run, Task, Workspace
@@ -292,7 +292,8 @@ def lease_continue_loaded(lease: Lease) -> tuple[Lease, Run] | None:
             .first()
         )
     else:
-        with connection.cursor() as cursor:
+        # The same statement as the one-round-trip commit's load: prepared once for both.
+        with cursor_prepared() as cursor:
             cursor.execute(_next_loaded_select(), _next_loaded_params(lease))
             row = cursor.fetchone()
         run = None if row is None else _loaded_instances(row)
@@ -778,8 +779,8 @@ def _commit_at_once(
     fence is the step's (owner, attempt, status, step number) plus the timeline's last
     sequence number as this worker last saw it, so the events can be numbered before the
     batch runs; when the fence matches no row, a cast fails on purpose and nothing is
-    written. Steps that write rows of their own, end
-    the run or carry expressions go through the transaction.
+    written. Steps that write rows of their own, end the run or carry expressions go
+    through the transaction.
     """
     run, lease = ctx.run, ctx.lease
     source, target = run.status, outcome.to
