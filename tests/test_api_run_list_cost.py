@@ -136,3 +136,59 @@ def test_filters_and_scoping_still_apply(member) -> None:
     assert failed["count"] == 1
     by_task = api.get(f"/api/runs/?task={mine[1].task_id}").json()["results"]
     assert [r["id"] for r in by_task] == [str(mine[1].pk)]
+
+
+def _orm_path(monkeypatch) -> None:
+    """Send the unfiltered list through the queryset path, as a filtered list goes."""
+    monkeypatch.setattr("agentplatform.api.views.runs.filters_given", lambda *args: True)
+
+
+@pytest.mark.parametrize("workspaces", [1, 3])
+def test_the_unfiltered_list_compiled_once_answers_as_the_queryset_path(
+    member, monkeypatch, workspaces
+) -> None:
+    user, workspace, repository = member
+    _runs(workspace, repository, 7)
+    for _ in range(workspaces - 1):
+        other = WorkspaceFactory()
+        Membership.objects.create(workspace=other, user=user, role="member")
+        _runs(other, RepositoryFactory(workspace=other), 4)
+    _runs(WorkspaceFactory(), RepositoryFactory(), 3)  # not the caller's
+    api = api_client_for(user)
+    pages = ["", "?limit=3", "?limit=3&offset=3", "?offset=6", "?offset=100", "?limit=200"]
+    compiled = [api.get(f"/api/runs/{page}").json() for page in pages]
+    _orm_path(monkeypatch)
+    assert compiled == [api.get(f"/api/runs/{page}").json() for page in pages]
+    assert compiled[0]["count"] == 7 + 4 * (workspaces - 1)
+
+
+def test_the_unfiltered_lists_statements_are_prepared_once(member) -> None:
+    user, workspace, repository = member
+    _runs(workspace, repository, 3)
+    api = api_client_for(user)
+    for page in ("", "?offset=1", "?limit=2"):
+        assert api.get(f"/api/runs/{page}").status_code == 200
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        listed = [s for (s,) in cursor.fetchall() if 'FROM "runs_run"' in s]
+    # The page and the bounded count, each once whatever the page: bounds are parameters.
+    assert len(listed) == 2, listed
+    assert all("$1" in s and "LIMIT $" in s for s in listed), listed
+
+
+def test_a_new_membership_is_seen_by_the_next_request(member) -> None:
+    user, workspace, repository = member
+    _runs(workspace, repository, 2)
+    api = api_client_for(user)
+    assert api.get("/api/runs/").json()["count"] == 2
+    other = WorkspaceFactory()
+    _runs(other, RepositoryFactory(workspace=other), 5)
+    Membership.objects.create(workspace=other, user=user, role="member")
+    assert api.get("/api/runs/").json()["count"] == 7
+    Membership.objects.filter(user=user).delete()
+    assert api.get("/api/runs/").json() == {
+        "count": 0,
+        "next": None,
+        "previous": None,
+        "results": [],
+    }

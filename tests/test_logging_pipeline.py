@@ -360,3 +360,18 @@ def test_model_profile_keys_are_redacted(monkeypatch, settings):
     record = _record("calling with profile-key-from-env-31337 / inline-profile-key-4242")
     text = StructuredFormatter(json=True).format(record)
     assert "31337" not in text and "4242" not in text
+
+
+@pytest.mark.django_db
+def test_an_accepted_delivery_is_told_on_its_request_line(json_log, client, settings):
+    """One line per delivery: the access line carries what the delivery was and its receipt."""
+    from tests.test_webhook_support import GITHUB_SECRET, github_post
+
+    settings.GITHUB_WEBHOOK_SECRET = GITHUB_SECRET
+    response = github_post(client, {"zen": "z", "hook_id": 1}, "ping", delivery="d-1")
+    assert response.status_code == 202, response.content
+    lines = [line for line in json_log() if line.get("delivery_id") == "d-1"]
+    assert [line["event"] for line in lines] == ["http.response"], lines
+    (line,) = lines
+    assert line["receipt_id"] == response.json()["receipt_id"]
+    assert (line["provider"], line["webhook_event"], line["status"]) == ("github", "ping", 202)

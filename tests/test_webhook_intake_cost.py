@@ -4,7 +4,9 @@ covers it."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
+from urllib.parse import urlencode
 
 import pytest
 from django.db import connection
@@ -13,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from jobs.models import WorkItem
 from jobs.work import work_sweep
 from tests.factories import RepositoryFactory
-from tests.test_webhook_support import GITHUB_SECRET, github_post
+from tests.test_webhook_support import GITHUB_SECRET, github_headers, github_post
 from webhooks.intake import _RECEIPT_COLUMNS, _WORK_COLUMNS
 from webhooks.models import WebhookReceipt
 
@@ -93,3 +95,46 @@ def test_the_sweep_waits_from_the_items_creation_then_wakes_it(client, settings)
     assert work_sweep().woken == 1
     item.refresh_from_db()
     assert item.woken_at is not None and item.wakes == 1
+
+
+def _prepared_intake() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [s for (s,) in cursor.fetchall() if WebhookReceipt._meta.db_table in s]
+
+
+def test_the_intake_statement_is_prepared_once_and_reused(client) -> None:
+    """PostgreSQL plans the receipt's INSERT once per connection; the payload is a bound
+    parameter, not a literal in the statement's text."""
+    for _ in range(3):
+        assert github_post(client, PING, "ping").status_code == 202
+    statements = _prepared_intake()
+    assert len(statements) == 1, statements
+    assert "$1" in statements[0] and "logically awesome" not in statements[0]
+    assert WebhookReceipt.objects.count() == 3
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_the_payload_is_stored_as_the_json_object_received(client, settings, prepared) -> None:
+    """The payload is stored from its text as received: the same object as parsed,
+    whatever its spacing, escapes, number forms or key order, form-encoded or not."""
+    settings.DATABASE_PREPARED_STATEMENTS = prepared
+    body = (
+        b'{ "zen" : "caf\\u00e9 \xe2\x9c\x93 \\"quoted\\" \\n",\n  "hook_id": 12345678901234567890,'
+        b' "b": [1.0, 1e2, -0.5, true, null, {}], "a": {"z": 1, "a": 2}, "zen2": "x" }'
+    )
+    response = github_post(client, body, "ping")
+    assert response.status_code == 202, response.content
+    stored = WebhookReceipt.objects.get(pk=response.json()["receipt_id"]).payload
+    assert stored == json.loads(body)
+
+    form = urlencode({"payload": body.decode()}).encode()
+    response = client.post(
+        "/webhooks/github/",
+        data=form,
+        content_type="application/x-www-form-urlencoded",
+        headers=github_headers(form, "ping"),
+    )
+    assert response.status_code == 202, response.content
+    stored = WebhookReceipt.objects.get(pk=response.json()["receipt_id"]).payload
+    assert stored == json.loads(body)

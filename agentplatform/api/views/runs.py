@@ -16,8 +16,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentplatform.api.errors import ProblemError
-from agentplatform.api.filters import RunFilter, StrictFilterBackend
-from agentplatform.api.pagination import LimitOffsetPagination, SequenceCursorPagination
+from agentplatform.api.filters import RunFilter, StrictFilterBackend, filters_given
+from agentplatform.api.pagination import (
+    CompiledList,
+    LimitOffsetPagination,
+    SequenceCursorPagination,
+)
 from agentplatform.api.rows import ListRows
 from agentplatform.api.scoping import workspace_ids_for
 from agentplatform.api.selectors import (
@@ -102,9 +106,27 @@ class RunListApi(generics.ListAPIView):
         return _run_list_rows().filter(workspace_id__in=workspace_ids_for(user=self.request.user))
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
-        assert page is not None  # pagination_class is set
+        if filters_given(request, RunFilter):
+            page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+            assert page is not None  # pagination_class is set
+        else:
+            # The unfiltered list (every client's first page) is compiled once.
+            scope = workspace_ids_for(user=request.user)
+            paginator: LimitOffsetPagination = self.paginator  # type: ignore[assignment]
+            compiled = _run_list_compiled(len(scope)) if scope else None
+            page = paginator.paginate_compiled(compiled, scope, request)
         return self.get_paginated_response(_RUN_ROWS.render(page))
+
+
+@functools.lru_cache(maxsize=64)
+def _run_list_compiled(scopes: int) -> CompiledList:
+    """The unfiltered list for a caller of ``scopes`` workspaces, compiled once."""
+    stand_ins = list(range(1, scopes + 1))
+    return CompiledList.of(
+        _run_list_rows().filter(workspace_id__in=stand_ins),
+        Run.objects.filter(workspace_id__in=stand_ins).order_by().values("pk"),
+        stand_ins,
+    )
 
 
 @functools.cache
