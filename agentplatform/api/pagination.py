@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,25 +80,22 @@ class LimitOffsetPagination(pagination.LimitOffsetPagination):
             cursor.execute(f"{sql} {page}", params)
             rows = cursor.fetchall()
         # Named and converted as ValuesIterable does.
-        query = queryset.query
-        if query.selected:
-            names = list(query.selected)
-        else:
-            names = [*query.extra_select, *query.values_select, *query.annotation_select]
+        names = _value_names(queryset.query)
         return [dict(zip(names, row, strict=True)) for row in compiler.results_iter([rows])]
 
     def paginate_compiled(
-        self, compiled: CompiledList | None, scope: list[Any], request: Request
+        self, compile_for: Callable[[int], CompiledList], scope: list[Any], request: Request
     ) -> list[dict[str, Any]]:
-        """``paginate_queryset`` for a list compiled once (``CompiledList``) and the
-        values of its scope: the same bounded count and page, as prepared statements.
-        An empty scope has no compiled list (None)."""
+        """``paginate_queryset`` for a list compiled once for the number of values of its
+        scope (``compile_for``, cached by the caller) and those values: the same bounded
+        count and page, as prepared statements."""
         self.request = request
         self.limit = self.get_limit(request)
         self.offset = self.get_offset(request)
-        if compiled is None or not scope:  # as the ORM for an empty IN: no query, no rows
+        if not scope:  # as the ORM for an empty IN: no query, no rows
             self.count = 0
             return []
+        compiled = compile_for(len(scope))
         limit = self.limit or 0
         with cursor_prepared() as cursor:
             cursor.execute(compiled.count_sql, [*scope, self.offset + limit + self.count_lookahead])
@@ -142,18 +140,19 @@ class CompiledList:
         count_sql, count_params = keys.query.get_compiler(keys.db).as_sql()
         if list(params) != scope or list(count_params) != scope:
             raise ValueError("a compiled list takes its scope's values as its only parameters")
-        query = rows.query
-        names = (
-            list(query.selected)
-            if query.selected
-            else [*query.extra_select, *query.values_select, *query.annotation_select]
-        )
         return cls(
             page_sql=f"{sql} LIMIT %s OFFSET %s",
             count_sql=f"SELECT COUNT(*) FROM ({count_sql} LIMIT %s) subquery",  # noqa: S608 - compiled by the ORM
             compiler=compiler,
-            names=names,
+            names=_value_names(rows.query),
         )
+
+
+def _value_names(query: Any) -> list[str]:
+    """The keys of a ``values()`` query's rows, as ValuesIterable names them."""
+    if query.selected:
+        return list(query.selected)
+    return [*query.extra_select, *query.values_select, *query.annotation_select]
 
 
 def _compiles_once(queryset: Any) -> bool:

@@ -113,8 +113,7 @@ class RunListApi(generics.ListAPIView):
             # The unfiltered list (every client's first page) is compiled once.
             scope = workspace_ids_for(user=request.user)
             paginator: LimitOffsetPagination = self.paginator  # type: ignore[assignment]
-            compiled = _run_list_compiled(len(scope)) if scope else None
-            page = paginator.paginate_compiled(compiled, scope, request)
+            page = paginator.paginate_compiled(_run_list_compiled, scope, request)
         return self.get_paginated_response(_RUN_ROWS.render(page))
 
 
