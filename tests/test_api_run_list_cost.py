@@ -83,8 +83,8 @@ def test_a_page_costs_the_same_queries_whatever_its_size(member) -> None:
     _runs(workspace, repository, 60)
     with CaptureQueriesContext(connection) as full:
         assert len(api.get("/api/runs/").json()["results"]) == 50
-    # The caller's workspaces, the bounded count, the page: nothing per run.
-    assert len(small.captured_queries) == len(full.captured_queries) == 3
+    # The caller's workspaces, then the bounded count with the page: nothing per run.
+    assert len(small.captured_queries) == len(full.captured_queries) == 2
 
 
 def _list_plans(user) -> tuple[str, str]:
@@ -171,8 +171,8 @@ def test_the_unfiltered_lists_statements_are_prepared_once(member) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         listed = [s for (s,) in cursor.fetchall() if 'FROM "runs_run"' in s]
-    # The page and the bounded count, each once whatever the page: bounds are parameters.
-    assert len(listed) == 2, listed
+    # The bounded count with the page, once whatever the page: bounds are parameters.
+    assert len(listed) == 1, listed
     assert all("$1" in s and "LIMIT $" in s for s in listed), listed
 
 
@@ -192,3 +192,68 @@ def test_a_new_membership_is_seen_by_the_next_request(member) -> None:
         "previous": None,
         "results": [],
     }
+
+
+def _python_rendering(monkeypatch) -> None:
+    """Render the compiled list's page in Python (as in a zone other than UTC)."""
+    monkeypatch.setattr("agentplatform.api.pagination._in_utc", lambda: False)
+
+
+def test_the_page_postgresql_writes_is_byte_for_byte_the_page_python_renders(
+    member, monkeypatch
+) -> None:
+    user, workspace, repository = member
+    runs = _runs(workspace, repository, 6)
+    now = timezone.now()
+    odd = [
+        'quote " backslash \\ slash / tab \t newline \n nul-free \x01 \x1f \x7f',
+        "unicode é 漢字 🙂 and the two JavaScript line breaks \u2028 \u2029",
+        "<script>&amp;</script>",
+        "",
+    ]
+    for i, run in enumerate(runs):
+        Run.objects.filter(pk=run.pk).update(
+            status=Run.Status.COMPLETED if i % 2 else Run.Status.RUNNING,
+            # A whole second (no fraction), a fraction ending in zeros, and none at all.
+            started_at=now.replace(microsecond=0) - timedelta(days=i),
+            status_changed_at=now.replace(microsecond=120000),
+            finished_at=None if i % 3 == 0 else now.replace(microsecond=5),
+            cost_usd=[Decimal("0"), Decimal("0.125"), Decimal("123456.000001"), Decimal("-1.5")][
+                i % 4
+            ],
+            branch=odd[i % len(odd)],
+            failure_reason=odd[(i + 1) % len(odd)],
+            model_profile="scripted",
+            tokens_in=2**40 + i,
+        )
+    api = api_client_for(user)
+    pages = ["", "?limit=2", "?limit=2&offset=2", "?offset=5", "?offset=6", "?offset=99"]
+    written = [api.get(f"/api/runs/{page}").content for page in pages]
+    assert b"\\u2028" in written[0] and "漢字".encode() in written[0]
+    _python_rendering(monkeypatch)
+    assert written == [api.get(f"/api/runs/{page}").content for page in pages]
+    _orm_path(monkeypatch)
+    assert written == [api.get(f"/api/runs/{page}").content for page in pages]
+
+
+def test_another_time_zone_renders_the_list_as_the_detail(member) -> None:
+    user, workspace, repository = member
+    (run,) = _runs(workspace, repository, 1)
+    Run.objects.filter(pk=run.pk).update(started_at=timezone.now())
+    api = api_client_for(user)
+    with timezone.override("Asia/Kolkata"):
+        listed = api.get("/api/runs/").json()["results"][0]
+        detail = api.get(f"/api/runs/{run.pk}/").json()
+    assert listed["started_at"].endswith("+05:30")
+    assert listed["started_at"] == detail["started_at"]
+
+
+def test_indented_json_is_the_same_list(member) -> None:
+    user, workspace, repository = member
+    _runs(workspace, repository, 3)
+    api = api_client_for(user)
+    compact = api.get("/api/runs/")
+    indented = api.get("/api/runs/", HTTP_ACCEPT="application/json; indent=2")
+    assert indented.json() == compact.json()
+    assert b'\n  "results": [\n' in indented.content
+    assert b"\n" not in compact.content

@@ -59,6 +59,27 @@ class ListRows:
     def columns(self) -> list[str]:
         return [column for _, column, _ in self.fields]
 
+    def json_sql(self, columns: list[str]) -> str | None:
+        """A select list whose row, as ``row_to_json`` writes it, is the bytes ``render``
+        and the compact ``JSONRenderer`` make of the row (its keys and their order,
+        escapes, date-times in UTC); None when a field renders in a way SQL does not
+        copy. ``columns``: the SQL of each field's column, in the order of ``fields``.
+
+        PostgreSQL escapes a string as Python's ``json`` does without ``ensure_ascii``
+        (the two characters a JSON text may hold but JavaScript may not are escaped by
+        the renderer over the whole response). Valid for the UTC zone only (``render``
+        uses the current one).
+        """
+        serializer_fields = self.serializer_class().fields
+        quote = connection.ops.quote_name
+        items: list[str] = []
+        for (name, _, _), column in zip(self.fields, columns, strict=True):
+            value = _json_value_sql(serializer_fields[name], column, name in self._datetimes)
+            if value is None:
+                return None
+            items.append(f"{value} AS {quote(name)}")
+        return ", ".join(items)
+
     def render(self, rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         # The current time zone is looked up once a page, not once a date-time.
         zone = timezone.get_current_timezone() if settings.USE_TZ else None
@@ -106,6 +127,32 @@ def _builtin_render(field: serializers.Field) -> Callable[[Any], Any]:
         # A string in the choices maps to itself, one outside them is returned as it is.
         return str
     return field.to_representation
+
+
+def _json_value_sql(field: serializers.Field, column: str, iso_datetime: bool) -> str | None:
+    """SQL for a value that ``to_json`` writes as the field renders the column's value
+    (NULL stays NULL, which is JSON's null), or None."""
+    if isinstance(field, serializers.RelatedField):
+        return column  # a key or a slug, rendered as it is: a number or a string
+    if iso_datetime:
+        # As _iso_datetime in UTC: microseconds, none for a whole second.
+        text = f"to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US')"
+        return f"replace({text}, '.000000', '') || 'Z'"
+    render = _builtin_render(field)
+    if render is int:
+        return column
+    if render is str:
+        return f"({column})::text"
+    if (
+        type(field) is serializers.DecimalField
+        and getattr(field, "coerce_to_string", api_settings.COERCE_DECIMAL_TO_STRING)
+        and not field.localize
+        and not field.normalize_output
+        and field.decimal_places is not None
+    ):
+        # f"{value.quantize(places):f}": a numeric at that scale prints the same.
+        return f"round({column}, {int(field.decimal_places)})::text"
+    return None
 
 
 def _iso_datetime(

@@ -113,7 +113,9 @@ class RunListApi(generics.ListAPIView):
             # The unfiltered list (every client's first page) is compiled once.
             scope = workspace_ids_for(user=request.user)
             paginator: LimitOffsetPagination = self.paginator  # type: ignore[assignment]
-            page = paginator.paginate_compiled(_run_list_compiled, scope, request)
+            return self.get_paginated_response(
+                paginator.paginate_compiled(_run_list_compiled, scope, request)
+            )
         return self.get_paginated_response(_RUN_ROWS.render(page))
 
 
@@ -125,6 +127,7 @@ def _run_list_compiled(scopes: int) -> CompiledList:
         _run_list_rows().filter(workspace_id__in=stand_ins),
         Run.objects.filter(workspace_id__in=stand_ins).order_by().values("pk"),
         stand_ins,
+        _RUN_ROWS,
     )
 
 
