@@ -26,9 +26,9 @@ def cursor_prepared() -> Iterator[Any]:
     Django binds parameters client-side, so PostgreSQL parses and plans every statement
     it receives; for the one-row lookups every request or step makes, planning took
     three to five times as long as the execution. Only for a single statement with
-    ``%s`` parameters and a fixed text (the prepared statements a connection keeps are
-    looked up by text); it goes through Django's cursor wrapper (error translation) as
-    any other. ``DATABASE_PREPARED_STATEMENTS=0`` turns it off, for a
+    ``%s`` (or ``%(name)s``) parameters and a fixed text (the prepared statements a
+    connection keeps are looked up by text); it goes through Django's cursor wrapper
+    (error translation) as any other. ``DATABASE_PREPARED_STATEMENTS=0`` turns it off, for a
     connection pooler that does not keep prepared statements across transactions.
     """
     if not _preparing():

@@ -22,7 +22,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, F, Max, Q
 from django.utils import timezone
 
-from jobs.db_rows import row_json
+from jobs.db_rows import cursor_prepared, row_json
 from runs import dispatch
 from runs.logs import log
 from runs.models import (
@@ -144,7 +144,7 @@ def _admission_counts(
     if spend:
         params += [workspace_id, timezone.now().astimezone(UTC).date()]
     params += [workspace_id, cap]
-    with connection.cursor() as cursor:
+    with cursor_prepared() as cursor:
         cursor.execute(_admission_counts_sql(spend, repository_id is not None), params)
         in_workspace, in_repository, spent = cursor.fetchone()
     return int(in_workspace), int(in_repository), Decimal(spent or 0)
@@ -231,7 +231,7 @@ def _lane_take(workspace_id: int) -> None:
     """Hold one admission lane of the workspace until the transaction ends."""
     lanes = _lanes()
     key = workspace_id % 2**31
-    with connection.cursor() as cursor:
+    with cursor_prepared() as cursor:
         cursor.execute(
             # MATERIALIZED keeps the try-lock out of the lane list (a pushed-down filter
             # would try, and take, every lane); lanes are tried in random order.
@@ -505,7 +505,7 @@ def _submission_insert(*, task: Task, run: Run | None, events: list[PendingEvent
         "timeline": _json_dumps(timeline),
         "outbox": _json_dumps(outbox),
     }
-    with connection.cursor() as cursor:
+    with cursor_prepared() as cursor:
         cursor.execute(_submission_insert_sql(), params)
     for row in (task, run):
         if row is not None:

@@ -98,3 +98,25 @@ def test_a_repeated_key_answers_the_original_and_creates_nothing(submitter) -> N
     other = _submit(api, repository, key=key, instruction="Something else")
     assert other.status_code == 422
     assert Task.objects.count() == 1
+
+
+def _prepared_submission_statements() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [s for (s,) in cursor.fetchall() if "advisory" in s or "runs_" in s]
+
+
+def test_a_submissions_statements_are_prepared_once_and_reused(submitter) -> None:
+    """PostgreSQL plans the lane, the admission count and the insert once per connection:
+    the rows go as bound parameters, not as literals in the statements' text."""
+    api, repository = submitter
+    for n in range(3):
+        assert _submit(api, repository, instruction=f"Fix it, number {n}").status_code == 202
+    statements = _prepared_submission_statements()
+    lane = [s for s in statements if "pg_try_advisory_xact_lock" in s]
+    count = [s for s in statements if s.startswith("SELECT COUNT(*)")]
+    insert = [s for s in statements if 'INSERT INTO "runs_task"' in s]
+    assert len(lane) == len(count) == len(insert) == 1, statements
+    assert all("$1" in s for s in lane + count + insert)
+    assert not any("Fix it" in s for s in statements)
+    assert Task.objects.count() == 3
