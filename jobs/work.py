@@ -103,7 +103,7 @@ def work_enqueue(
     Must run inside the transaction that creates the work's cause. With ``reopen`` an
     existing item (done or dead) is set pending again, for an operator's replay.
     ``wake=False`` is for a caller that executes the item itself right after the commit
-    (``work_run_now``): no message is sent, and if that execution never happens the
+    (``work_execute``): no message is sent, and if that execution never happens the
     sweep wakes the item ``WORK_REWAKE_SECONDS`` after its creation.
     """
     spec = work_kind(kind)
@@ -128,14 +128,17 @@ def work_enqueue(
     return item
 
 
-def work_enqueue_new(*, kind: str, key: str, args: dict[str, Any]) -> WorkItem:
-    """Record the work of a cause inserted in this same transaction; woken on commit.
+def work_enqueue_new(*, kind: str, key: str, args: dict[str, Any], wake: bool = True) -> WorkItem:
+    """Record the work of a cause inserted (or fenced) in this same transaction; woken on
+    commit.
 
     The cause is new, so no item with its key can exist yet: the row is inserted without
     the savepoint ``work_enqueue`` needs to survive a duplicate (a conflict here would be
     a bug, and fails the transaction). Its first wake-up is not recorded either: the
     sweep measures an unwoken item's wait from its ``created_at``, which is when that
     wake-up goes, so the record would cost a write per item and change nothing.
+    ``wake=False`` as for ``work_enqueue``: the caller executes the item itself
+    (``work_execute``) right after the commit.
     """
     spec = work_kind(kind)
     now = timezone.now()
@@ -147,7 +150,8 @@ def work_enqueue_new(*, kind: str, key: str, args: dict[str, Any]) -> WorkItem:
         due_at=now,
         traceparent=tracing.traceparent_current() or "",
     )
-    work_wake_new_on_commit(item.queue)
+    if wake:
+        work_wake_new_on_commit(item.queue)
     return item
 
 
@@ -653,12 +657,6 @@ def _run(item: WorkItem) -> str:
         last_error="",
     )
     return "done"
-
-
-def work_run_now(*, kind: str, key: str) -> str:
-    """Execute an item in this process instead of waiting for its wake-up."""
-    pk = WorkItem.objects.filter(kind=kind, key=key).values_list("pk", flat=True).first()
-    return "missing" if pk is None else work_execute(item_id=pk)
 
 
 def work_wake_key(*, kind: str, key: str) -> int:

@@ -741,7 +741,8 @@ def _commit_in_transaction(
         if target is not None:
             run.status = target
             if target in TERMINAL:
-                events.extend(_terminal_events(ctx, target, outcome))
+                closing, after = _terminal_events(ctx, target, outcome)
+                events.extend(closing)
         next_step = lease.step_no + 1
         # The next step's wake-up is the first thing sent on commit (before the relay's
         # and the live views' wake-ups): it is what the run waits for.
@@ -750,7 +751,7 @@ def _commit_in_transaction(
             dispatch.run_wake_on_commit(run_id=run.id, step_no=next_step, status=status)
         events_record(task=ctx.task, run=run, events=events, reserved=(last, reserved))
         if target in TERMINAL:
-            transaction.on_commit(lambda: _after_terminal(run.id))
+            transaction.on_commit(lambda: _after_terminal(run.id, after))
         for action in ctx._after_commit:
             transaction.on_commit(action)
 
@@ -922,13 +923,16 @@ def _update_assignments(fields: dict[str, Any]) -> tuple[str, list[Any]] | None:
     return ", ".join(assignments), params
 
 
-def _terminal_events(ctx: StepContext, target: str, outcome: Outcome) -> list[PendingEvent]:
-    """The run's and the task's closing facts, and the task's status, in the same commit.
+def _terminal_events(
+    ctx: StepContext, target: str, outcome: Outcome
+) -> tuple[list[PendingEvent], int]:
+    """The run's and the task's closing facts, and the task's status, in the same commit;
+    with the id of the after-terminal work item recorded with them.
 
     Pending approvals of the run are voided here, so nobody can approve (or expire)
     a patch of a run that is over.
     """
-    from jobs.work import work_enqueue
+    from jobs.work import work_enqueue_new
     from runs.services import approvals_void
 
     task = ctx.task
@@ -939,8 +943,11 @@ def _terminal_events(ctx: StepContext, target: str, outcome: Outcome) -> list[Pe
     # the committing worker runs the item right after the commit (_after_terminal), and
     # a message would only be a second, idle claim of it, one per run, queued behind
     # every other wake-up of the events queue. If that worker dies first, the work sweep
-    # wakes the item; deferred tasks are also re-admitted by their own schedule.
-    work_enqueue(kind=AFTER_TERMINAL, key=str(run.pk), args={"run_id": str(run.pk)}, wake=False)
+    # wakes the item; deferred tasks are also re-admitted by their own schedule. A run
+    # ends once (its end is fenced in this transaction): its item is new.
+    after = work_enqueue_new(
+        kind=AFTER_TERMINAL, key=str(run.pk), args={"run_id": str(run.pk)}, wake=False
+    ).pk
     data: dict[str, Any] = {"run_no": run.run_no}
     if target != S.COMPLETED:
         data.update(reason=outcome.reason or target, detail=outcome.detail[:500])
@@ -958,7 +965,7 @@ def _terminal_events(ctx: StepContext, target: str, outcome: Outcome) -> list[Pe
             usage=usage,
             updated_at=timezone.now(),
         )
-        return [PendingEvent(TERMINAL_RUN_EVENT[target], data)]
+        return [PendingEvent(TERMINAL_RUN_EVENT[target], data)], after
     Task.objects.filter(pk=task.pk).update(
         status=TERMINAL_TASK_STATUS[target],
         status_reason=outcome.reason if target != S.COMPLETED else "",
@@ -968,7 +975,7 @@ def _terminal_events(ctx: StepContext, target: str, outcome: Outcome) -> list[Pe
     return [
         PendingEvent(TERMINAL_RUN_EVENT[target], data),
         PendingEvent(TERMINAL_TASK_EVENT[target], data),
-    ]
+    ], after
 
 
 def _delivered_before(task: Task, run: Run) -> bool:
@@ -1003,13 +1010,13 @@ def _task_status_follow(task: Task, *, source: str, target: str) -> None:
 AFTER_TERMINAL = "run.after_terminal"
 
 
-def _after_terminal(run_id: uuid.UUID) -> None:
+def _after_terminal(run_id: uuid.UUID, item_id: int) -> None:
     """Clean the sandbox, then run the after-terminal work item now (it was recorded
     without a wake-up). If running it here raised (the database went away meanwhile),
     its wake-up is sent, so a worker retries it at once rather than the work sweep
     ``WORK_REWAKE_SECONDS`` later; a failure of the item's own handler is retried by
     the item's backoff."""
-    from jobs.work import work_run_now, work_wake_key
+    from jobs.work import work_execute, work_wake_key
     from runs.agent.sandbox import run_workdirs_remove
 
     try:
@@ -1017,7 +1024,7 @@ def _after_terminal(run_id: uuid.UUID) -> None:
     except Exception:
         log.exception("run.workdirs_remove_failed", run_id=str(run_id))
     try:
-        work_run_now(kind=AFTER_TERMINAL, key=str(run_id))
+        work_execute(item_id=item_id)
     except Exception:
         log.exception("run.after_terminal_failed", run_id=str(run_id))
         try:
@@ -1082,9 +1089,10 @@ def run_end_unleased(
                 "agent.run.status.changed", {"from": source, "to": target, "reason": reason}
             )
         )
-        pending.extend(
-            _terminal_events(ctx, target, Outcome(to=target, reason=reason, detail=detail))
+        closing, after = _terminal_events(
+            ctx, target, Outcome(to=target, reason=reason, detail=detail)
         )
+        pending.extend(closing)
         events_record(task=run.task, run=run, events=pending)
-        transaction.on_commit(lambda: _after_terminal(run.id))
+        transaction.on_commit(lambda: _after_terminal(run.id, after))
     return True

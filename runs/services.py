@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, Max, Q
+from django.db.models import Count, Exists, F, Max, OuterRef, Q
 from django.utils import timezone
 
 from jobs.db_rows import cursor_prepared, row_json
@@ -927,18 +927,29 @@ def run_after_terminal(*, run_id: uuid.UUID | str) -> None:
     tasks in. Runs as a work item recorded with the run's end, so it is never lost."""
     run = (
         Run.objects.filter(pk=run_id)
-        .values_list("task_id", "task__workspace_id", "task__pending_feedback")
+        .annotate(
+            deferred=Exists(
+                Task.objects.filter(
+                    workspace_id=OuterRef("task__workspace_id"), status=Task.Status.DEFERRED
+                )
+            )
+        )
+        .values_list("task_id", "task__workspace_id", "task__pending_feedback", "deferred")
         .first()
     )
     if run is None:
         return
-    task_id, workspace_id, pending = run
+    task_id, workspace_id, pending, deferred = run
     # Feedback batched while this run was active was committed before the run's end
     # (both write the task's row), so an empty read here needs no lock to be sure.
     if pending:
         _feedback_start(task_id, workspace_id)
     # The run's slot is free: as many deferred tasks of its workspace as now fit start.
-    tasks_readmit(workspace_id=workspace_id)
+    # With none deferred when the run's row was read, re-admission has nothing to take;
+    # a task deferred after that read (by a submission that counted this run as
+    # active) is let in by the re-admission schedule.
+    if pending or deferred:
+        tasks_readmit(workspace_id=workspace_id)
 
 
 def _feedback_start(task_id: uuid.UUID, workspace_id: int) -> None:

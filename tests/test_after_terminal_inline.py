@@ -4,12 +4,15 @@ its wake-up is sent only when that could not happen."""
 from __future__ import annotations
 
 import pytest
-from django.db import OperationalError
+from django.db import OperationalError, connection
+from django.test.utils import CaptureQueriesContext
 
 import jobs.work
 from jobs.models import WorkItem
 from runs.engine import AFTER_TERMINAL, run_end_unleased
-from runs.models import Run
+from runs.models import Run, Task
+from runs.services import run_after_terminal
+from tests.factories import TaskFactory
 
 pytestmark = pytest.mark.django_db
 S = Run.Status
@@ -49,3 +52,23 @@ def test_the_follow_up_work_is_woken_when_it_could_not_run_at_once(
     item = WorkItem.objects.get(kind=AFTER_TERMINAL, key=str(run.pk))
     assert item.status == WorkItem.Status.PENDING
     assert wakes == [[(item.pk, item.queue)]]
+
+
+def test_the_follow_up_work_is_one_read_when_nothing_waits(run) -> None:
+    """No batched feedback and no deferred task in the workspace: the run's row, read
+    once, says so, and re-admission is not opened at all."""
+    Run.objects.filter(pk=run.pk).update(status=S.FAILED)
+    with CaptureQueriesContext(connection) as queries:
+        run_after_terminal(run_id=run.pk)
+    assert len(queries.captured_queries) == 1, [q["sql"] for q in queries.captured_queries]
+
+
+def test_the_follow_up_work_lets_a_deferred_task_in(run) -> None:
+    Run.objects.filter(pk=run.pk).update(status=S.FAILED)
+    waiting = TaskFactory(
+        workspace=run.task.workspace, repository=run.task.repository, status=Task.Status.DEFERRED
+    )
+    run_after_terminal(run_id=run.pk)
+    waiting.refresh_from_db()
+    assert waiting.status == Task.Status.RUNNING
+    assert Run.objects.filter(task=waiting).count() == 1
