@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, models
+from django.db.models.sql import UpdateQuery
 
 
 @contextlib.contextmanager
@@ -68,6 +69,15 @@ def execute_together(parts: Sequence[tuple[str, Sequence[Any]]]) -> tuple[Any, .
             cursor.execute(text, params)
         pipeline.sync()  # the errors of the batch are raised here
         return cursor.fetchone() if cursor.description else None
+
+
+def update_sql(queryset: Any, values: dict[str, Any]) -> tuple[str, list[Any]]:
+    """``queryset.update(**values)`` as (statement, parameters), compiled by the ORM as
+    ``update()`` compiles it, for a batch (``execute_together``)."""
+    query = queryset.query.chain(UpdateQuery)
+    query.add_update_values(values)
+    sql, params = query.get_compiler(connection=connection).as_sql()
+    return sql, list(params)
 
 
 def _preparing() -> bool:

@@ -37,6 +37,7 @@ import structlog
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
+from django.db.models.sql import InsertQuery
 from django.utils import timezone
 
 from jobs import tracing
@@ -140,19 +141,37 @@ def work_enqueue_new(*, kind: str, key: str, args: dict[str, Any], wake: bool = 
     ``wake=False`` as for ``work_enqueue``: the caller executes the item itself
     (``work_execute``) right after the commit.
     """
-    spec = work_kind(kind)
-    now = timezone.now()
-    item = WorkItem.objects.create(
-        kind=kind,
-        key=key,
-        args=args,
-        queue=spec.queue,
-        due_at=now,
-        traceparent=tracing.traceparent_current() or "",
-    )
+    item = _item_new(kind=kind, key=key, args=args)
+    item.save(force_insert=True)
     if wake:
         work_wake_new_on_commit(item.queue)
     return item
+
+
+def _item_new(*, kind: str, key: str, args: dict[str, Any]) -> WorkItem:
+    """An unsaved item of ``kind``, due now, on its kind's queue, in the current trace."""
+    return WorkItem(
+        kind=kind,
+        key=key,
+        args=args,
+        queue=work_kind(kind).queue,
+        due_at=timezone.now(),
+        traceparent=tracing.traceparent_current() or "",
+    )
+
+
+def work_insert_sql(*, kind: str, key: str, args: dict[str, Any]) -> tuple[str, list[Any]]:
+    """The INSERT of ``work_enqueue_new(..., wake=False)`` as (statement, parameters),
+    returning the new item's id, for a writer that sends it in a batch of its own (and
+    runs the item itself once the batch committed)."""
+    item = _item_new(kind=kind, key=key, args=args)
+    meta = WorkItem._meta
+    query = InsertQuery(WorkItem)
+    query.insert_values([f for f in meta.concrete_fields if f is not meta.pk], [item])
+    compiler = query.get_compiler(connection=connection)
+    compiler.returning_fields = [meta.pk]
+    ((sql, params),) = compiler.as_sql()
+    return sql, list(params)
 
 
 def work_enqueue_many(

@@ -34,11 +34,10 @@ from django.db import (
 )
 from django.db.models import F, Value
 from django.db.models.expressions import CombinedExpression
-from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
 from agentplatform import observability
-from jobs.db_rows import cursor_prepared, execute_together, instance_from_row
+from jobs.db_rows import cursor_prepared, execute_together, instance_from_row, update_sql
 from runs import dispatch
 from runs.logs import log
 from runs.models import Approval, PullRequest, Repository, Run, Task, Workspace
@@ -780,8 +779,15 @@ def _commit_at_once(
     fence is the step's (owner, attempt, status, step number) plus the timeline's last
     sequence number as this worker last saw it, so the events can be numbered before the
     batch runs; when the fence matches no row, a cast fails on purpose and nothing is
-    written. Steps that write rows of their own, end the run or carry expressions go
-    through the transaction.
+    written.
+
+    The step that completes the run also goes in one batch: after the fenced UPDATE, its
+    pending approvals voided, the task's closing status, the closing events and, last,
+    the after-terminal work item (whose id the batch returns), as
+    ``_commit_in_transaction`` writes them; the item is then run here, as there. Steps
+    that write rows of their own, end the run otherwise (failed, cancelled, timed out:
+    whether the task delivered before is read under the run's lock) or carry expressions
+    go through the transaction.
     """
     run, lease = ctx.run, ctx.lease
     source, target = run.status, outcome.to
@@ -789,9 +795,13 @@ def _commit_at_once(
         connection.vendor != "postgresql"
         or connection.in_atomic_block
         or ctx._commit_writes
-        or target in TERMINAL
+        or (target in TERMINAL and target != S.COMPLETED)
     ):
         return False
+    completes = target == S.COMPLETED
+    if completes:
+        closing, task_fields = _terminal_closing(ctx, S.COMPLETED, outcome, delivered_before=False)
+        events = [*events, *closing]
     expected = run.last_sequence_no
     written = _update_assignments({**fields, "last_sequence_no": expected + len(events)})
     if written is None:
@@ -821,6 +831,17 @@ def _commit_at_once(
     if events:
         sequences = list(range(expected + 1, expected + len(events) + 1))
         parts += events_insert_sql(task=ctx.task, run=run, events=events, sequences=sequences)
+    if completes:
+        from jobs.work import work_insert_sql
+        from runs.services import approvals_void_sql
+
+        parts[1:1] = [
+            approvals_void_sql(run_id=run.pk, now=now),
+            update_sql(Task.objects.filter(pk=ctx.task.pk), task_fields),
+        ]
+        parts.append(
+            work_insert_sql(kind=AFTER_TERMINAL, key=str(run.pk), args={"run_id": str(run.pk)})
+        )
     if keep:
         parts.append((_next_loaded_select(), _next_loaded_params(lease)))
     try:
@@ -829,6 +850,7 @@ def _commit_at_once(
         if _COMMIT_REFUSED not in str(error):
             raise
         return False
+    after = int(row[0]) if completes and row is not None else None
     if not keep:
         row = None
     # Committed: what the transaction's path does on commit, in the same order.
@@ -840,6 +862,8 @@ def _commit_at_once(
         dispatch.run_wake_on_commit(run_id=run.id, step_no=lease.step_no + 1, status=status)
     if events:
         events_recorded(task=ctx.task, run=run, events=events)
+    if after is not None:
+        _after_terminal(run.id, after)
     for action in ctx._after_commit:
         action()
     if row is not None:
@@ -859,10 +883,9 @@ def _fenced_update(lease: Lease, source: str, fields: dict[str, Any]) -> int | N
     written = _update_assignments(fields)
     if written is None:
         # An expression the step did not make itself: the ORM compiles it.
-        query = _fenced(lease).filter(status=source, step_no=lease.step_no)
-        update = query.query.chain(UpdateQuery)
-        update.add_update_values(fields)
-        statement, params = update.get_compiler(connection=connection).as_sql()
+        statement, params = update_sql(
+            _fenced(lease).filter(status=source, step_no=lease.step_no), fields
+        )
     else:
         assignments, values = written
         statement = (
@@ -871,7 +894,7 @@ def _fenced_update(lease: Lease, source: str, fields: dict[str, Any]) -> int | N
             "AND step_no = %s"
         )
         run_id = Run._meta.get_field("id").get_db_prep_value(lease.run_id, connection)
-        params = (*values, run_id, lease.owner, lease.attempt, source, lease.step_no)
+        params = [*values, run_id, lease.owner, lease.attempt, source, lease.step_no]
     with connection.cursor() as cursor:
         cursor.execute(f"{statement} RETURNING last_sequence_no", params)
         row = cursor.fetchone()
@@ -948,34 +971,48 @@ def _terminal_events(
     after = work_enqueue_new(
         kind=AFTER_TERMINAL, key=str(run.pk), args={"run_id": str(run.pk)}, wake=False
     ).pk
+    delivered = target != S.COMPLETED and _delivered_before(task, run)
+    closing, task_fields = _terminal_closing(ctx, target, outcome, delivered_before=delivered)
+    Task.objects.filter(pk=task.pk).update(**task_fields)
+    return closing, after
+
+
+def _terminal_closing(
+    ctx: StepContext, target: str, outcome: Outcome, *, delivered_before: bool
+) -> tuple[list[PendingEvent], dict[str, Any]]:
+    """The closing events of a run ending in ``target`` and the task's fields after it.
+
+    ``delivered_before``: an earlier run of the task completed and its pull request is
+    still open (``_delivered_before``).
+    """
+    from runs.agent.budget import run_working_seconds
+
+    task, run = ctx.task, ctx.run
     data: dict[str, Any] = {"run_no": run.run_no}
     if target != S.COMPLETED:
         data.update(reason=outcome.reason or target, detail=outcome.detail[:500])
-    from runs.agent.budget import run_working_seconds
-
-    wall = run_working_seconds(run)
     usage = dict(task.usage or {})
-    usage["wall_clock_seconds"] = float(usage.get("wall_clock_seconds", 0)) + wall
-    if target != S.COMPLETED and _delivered_before(task, run):
+    usage["wall_clock_seconds"] = float(usage.get("wall_clock_seconds", 0)) + (
+        run_working_seconds(run)
+    )
+    if delivered_before:
         # A retry of a task that already delivered: its failure ends this run, not the
         # task, whose pull request is still open and still what it delivered.
-        Task.objects.filter(pk=task.pk).update(
-            status=Task.Status.COMPLETED,
-            status_reason=f"run {run.run_no} {target}: {outcome.reason or target}",
-            usage=usage,
-            updated_at=timezone.now(),
-        )
-        return [PendingEvent(TERMINAL_RUN_EVENT[target], data)], after
-    Task.objects.filter(pk=task.pk).update(
-        status=TERMINAL_TASK_STATUS[target],
-        status_reason=outcome.reason if target != S.COMPLETED else "",
-        usage=usage,
-        updated_at=timezone.now(),
-    )
+        return [PendingEvent(TERMINAL_RUN_EVENT[target], data)], {
+            "status": Task.Status.COMPLETED,
+            "status_reason": f"run {run.run_no} {target}: {outcome.reason or target}",
+            "usage": usage,
+            "updated_at": timezone.now(),
+        }
     return [
         PendingEvent(TERMINAL_RUN_EVENT[target], data),
         PendingEvent(TERMINAL_TASK_EVENT[target], data),
-    ], after
+    ], {
+        "status": TERMINAL_TASK_STATUS[target],
+        "status_reason": outcome.reason if target != S.COMPLETED else "",
+        "usage": usage,
+        "updated_at": timezone.now(),
+    }
 
 
 def _delivered_before(task: Task, run: Run) -> bool:

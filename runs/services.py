@@ -19,10 +19,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, Exists, F, Max, OuterRef, Q
+from django.db.models import Count, Exists, F, Max, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from jobs.db_rows import cursor_prepared, row_json
+from jobs.db_rows import cursor_prepared, row_json, update_sql
 from runs import dispatch
 from runs.logs import log
 from runs.models import (
@@ -852,11 +852,25 @@ def approvals_expire(*, now: Any = None) -> int:
 
 def approvals_void(*, run_id: Any, now: Any = None) -> int:
     """Void the run's pending approvals (the run ended); call under the run's row lock."""
-    return Approval.objects.filter(run_id=run_id, status=Approval.Status.PENDING).update(
-        status=Approval.Status.VOID,
-        decided_at=now or timezone.now(),
-        reason="run ended",
-    )
+    return _approvals_pending(run_id).update(**_approvals_voided(now))
+
+
+def approvals_void_sql(*, run_id: Any, now: Any = None) -> tuple[str, list[Any]]:
+    """``approvals_void`` as (statement, parameters), for a batch that holds the run's
+    row lock when it runs (after the run's fenced UPDATE)."""
+    return update_sql(_approvals_pending(run_id), _approvals_voided(now))
+
+
+def _approvals_pending(run_id: Any) -> QuerySet[Approval]:
+    return Approval.objects.filter(run_id=run_id, status=Approval.Status.PENDING)
+
+
+def _approvals_voided(now: Any) -> dict[str, Any]:
+    return {
+        "status": Approval.Status.VOID,
+        "decided_at": now or timezone.now(),
+        "reason": "run ended",
+    }
 
 
 def _pull_request_merged(task: Task) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -430,3 +431,126 @@ def test_the_commits_of_a_slice_are_prepared_once_and_run_by_name(run, handlers)
     assert any(s.startswith("WITH leased AS (SELECT") for s in prepared)
     run.refresh_from_db()
     assert (run.status, run.step_no, run.last_sequence_no) == (S.VERIFYING, 5, 5)
+
+
+def _drive(run: Run) -> Run:
+    """Step the run (slices of 30 s) until it ends."""
+    from runs.state import TERMINAL
+
+    for _ in range(20):
+        current = Run.objects.get(pk=run.pk)
+        if current.status in TERMINAL:
+            return current
+        step_execute(run_id=str(run.id), step_no=current.step_no, slice=StepSlice(seconds=30))
+    raise AssertionError("the run did not end")
+
+
+def _ending(run: Run) -> dict[str, Any]:
+    """What a run's end left: the task, the timeline, the outbox, the work item and the
+    approvals."""
+    from jobs.models import OutboxEvent, WorkItem
+    from runs.engine import AFTER_TERMINAL
+    from runs.models import Approval
+
+    run.task.refresh_from_db()
+    return {
+        "run": (run.status, run.step_no, run.last_sequence_no, run.finished_at is not None),
+        "task": (run.task.status, run.task.status_reason, sorted(run.task.usage)),
+        "timeline": list(run.events.order_by("sequence_no").values_list("sequence_no", "type")),
+        "outbox": sorted(
+            OutboxEvent.objects.filter(partition_key=str(run.pk)).values_list("type", flat=True)
+        ),
+        "work": list(
+            WorkItem.objects.filter(kind=AFTER_TERMINAL, key=str(run.pk)).values_list(
+                "status", flat=True
+            )
+        ),
+        "approvals": list(Approval.objects.filter(run=run).values_list("status", "reason")),
+    }
+
+
+def _approval_pending(run: Run) -> None:
+    from runs.models import Approval, Artifact, Patch
+
+    diff = Artifact.objects.create(run=run, kind="diff", name="diff", content="+x", sha256="a" * 64)
+    patch = Patch.objects.create(run=run, diff_sha256="a" * 64, diff_artifact=diff)
+    Approval.objects.create(
+        run=run, patch=patch, patch_sha256="a" * 64, expires_at=timezone.now() + timedelta(hours=1)
+    )
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["pipeline", "query-string"])
+def test_the_completing_step_commits_in_one_batch_what_the_transaction_writes(
+    run, handlers, settings, monkeypatch, prepared
+):
+    """The run, its approvals voided, the task's status, the closing events and the
+    after-terminal work item (run right after) in one batch, as the transaction writes
+    them."""
+    from tests.factories import TaskFactory
+
+    settings.DATABASE_PREPARED_STATEMENTS = prepared
+    before, _seen = handlers
+    before[S.CREATING_PR] = lambda ctx: _approval_pending(ctx.run)
+    batches: list[list[str]] = []
+    together = engine.execute_together
+
+    def recorded(parts: Any) -> Any:
+        batches.append([statement for statement, _ in parts])
+        return together(parts)
+
+    monkeypatch.setattr(engine, "execute_together", recorded)
+    real = engine._commit_at_once
+    at_once = _ending(_drive(run))
+    last = batches[-1]
+    assert last[0].startswith("WITH fenced AS (UPDATE"), last
+    assert '"runs_approval"' in last[1] and '"runs_task"' in last[2], last
+    assert last[-1].startswith('INSERT INTO "jobs_workitem"') and "RETURNING" in last[-1], last
+
+    # The same run's end through the transaction.
+    monkeypatch.setattr(
+        engine,
+        "_commit_at_once",
+        lambda ctx, outcome, **kwargs: (
+            False if outcome.to == S.COMPLETED else real(ctx, outcome, **kwargs)
+        ),
+    )
+    other = Run.objects.create(
+        task=TaskFactory(workspace=run.task.workspace, repository=run.task.repository), run_no=1
+    )
+    in_transaction = _ending(_drive(other))
+    assert at_once == in_transaction
+    assert at_once["run"] == (S.COMPLETED, 8, 10, True)
+    assert at_once["task"][0] == "completed" and "wall_clock_seconds" in at_once["task"][2]
+    assert [t for _, t in at_once["timeline"][-2:]] == [
+        "agent.run.completed",
+        "agent.task.completed",
+    ]
+    assert at_once["work"] == ["done"]
+    assert at_once["approvals"] == [("void", "run ended")]
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["pipeline", "query-string"])
+def test_a_completing_batch_that_fails_writes_nothing(run, handlers, settings, prepared):
+    """The batch's last INSERT (the after-terminal work item) fails: the run's end, the
+    voided approval, the task's status and the closing events go with it."""
+    from django.db import IntegrityError
+
+    from jobs.models import WorkItem
+    from runs.engine import AFTER_TERMINAL
+
+    settings.DATABASE_PREPARED_STATEMENTS = prepared
+    before, _seen = handlers
+
+    def plant(ctx: engine.StepContext) -> None:
+        _approval_pending(ctx.run)
+        WorkItem.objects.create(kind=AFTER_TERMINAL, key=str(ctx.run.pk), args={}, queue="x")
+
+    before[S.CREATING_PR] = plant
+    with pytest.raises(IntegrityError):
+        _drive(run)
+    run.refresh_from_db()
+    ending = _ending(run)
+    assert ending["run"][0] == S.CREATING_PR
+    assert ending["task"][0] != "completed"
+    assert "agent.run.completed" not in [t for _, t in ending["timeline"]]
+    assert ending["approvals"] == [("pending", "")]
