@@ -828,17 +828,17 @@ def _commit_at_once(
                 [followed, now, task_id, followed],
             )
         )
-    if events:
-        sequences = list(range(expected + 1, expected + len(events) + 1))
-        parts += events_insert_sql(task=ctx.task, run=run, events=events, sequences=sequences)
     if completes:
         from jobs.work import work_insert_sql
         from runs.services import approvals_void_sql
 
-        parts[1:1] = [
-            approvals_void_sql(run_id=run.pk, now=now),
-            update_sql(Task.objects.filter(pk=ctx.task.pk), task_fields),
-        ]
+        parts.append(approvals_void_sql(run_id=run.pk, now=now))
+        parts.append(update_sql(Task.objects.filter(pk=ctx.task.pk), task_fields))
+    if events:
+        sequences = list(range(expected + 1, expected + len(events) + 1))
+        parts += events_insert_sql(task=ctx.task, run=run, events=events, sequences=sequences)
+    if completes:
+        # Last: its RETURNING id is the row the batch answers with.
         parts.append(
             work_insert_sql(kind=AFTER_TERMINAL, key=str(run.pk), args={"run_id": str(run.pk)})
         )

@@ -22,6 +22,7 @@ from agentplatform.api.pagination import (
     LimitOffsetPagination,
     SequenceCursorPagination,
 )
+from agentplatform.api.renderers import JSONFragment
 from agentplatform.api.rows import ListRows
 from agentplatform.api.scoping import workspace_ids_for
 from agentplatform.api.selectors import (
@@ -106,17 +107,17 @@ class RunListApi(generics.ListAPIView):
         return _run_list_rows().filter(workspace_id__in=workspace_ids_for(user=self.request.user))
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        results: list[dict[str, Any]] | JSONFragment
         if filters_given(request, RunFilter):
             page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
             assert page is not None  # pagination_class is set
+            results = _RUN_ROWS.render(page)
         else:
             # The unfiltered list (every client's first page) is compiled once.
             scope = workspace_ids_for(user=request.user)
             paginator: LimitOffsetPagination = self.paginator  # type: ignore[assignment]
-            return self.get_paginated_response(
-                paginator.paginate_compiled(_run_list_compiled, scope, request)
-            )
-        return self.get_paginated_response(_RUN_ROWS.render(page))
+            results = paginator.paginate_compiled(_run_list_compiled, scope, request)
+        return self.get_paginated_response(results)
 
 
 @functools.lru_cache(maxsize=64)
