@@ -63,11 +63,13 @@ def execute_together(parts: Sequence[tuple[str, Sequence[Any]]]) -> tuple[Any, .
     with (
         connection.wrap_database_errors,
         connection.make_cursor(_preparing_cursor_class()(raw)) as cursor,
-        raw.pipeline() as pipeline,
     ):
-        for text, params in parts:
-            cursor.execute(text, params)
-        pipeline.sync()  # the errors of the batch are raised here
+        # Leaving the pipeline sends its one Sync and reads every result; the errors of
+        # the batch are raised there. (An explicit sync() before leaving would cost a
+        # second round trip: the exit sends a Sync of its own.)
+        with raw.pipeline():
+            for text, params in parts:
+                cursor.execute(text, params)
         return cursor.fetchone() if cursor.description else None
 
 

@@ -1,0 +1,63 @@
+"""A batch of statements (``execute_together``) is one round trip to PostgreSQL: the
+protocol's own trace (libpq's, as psycopg exposes it) shows what goes over the wire."""
+
+from __future__ import annotations
+
+import tempfile
+
+import pytest
+from django.db import IntegrityError, connection
+
+from jobs.db_rows import execute_together
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _traced(call):
+    """Run ``call``; its result and the protocol messages sent (F) and received (B)."""
+    from psycopg.pq import Trace
+
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile("w+") as trace:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+        try:
+            result = call()
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        lines = [line.split("\t") for line in trace.read().splitlines()]
+    return result, [(line[0], line[2].split(" ")[0]) for line in lines if len(line) > 2]
+
+
+def test_a_prepared_batch_sends_one_sync_and_waits_for_one_answer(settings) -> None:
+    settings.DATABASE_PREPARED_STATEMENTS = True
+    parts = [("SELECT set_config('application_name', %s, true)", ["batch"]), ("SELECT %s", [7])]
+    execute_together(parts)  # prepared here; the second time runs them by name
+    row, messages = _traced(lambda: execute_together(parts))
+    assert row == (7,)
+    assert messages.count(("F", "Sync")) == 1
+    assert messages.count(("B", "ReadyForQuery")) == 1
+    assert ("F", "Parse") not in messages
+
+
+def test_an_error_in_a_prepared_batch_still_arrives_as_djangos(settings) -> None:
+    settings.DATABASE_PREPARED_STATEMENTS = True
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TEMPORARY TABLE batch_probe (id int PRIMARY KEY)")
+    parts = [
+        ("INSERT INTO batch_probe (id) VALUES (%s)", [1]),
+        ("INSERT INTO batch_probe (id) VALUES (%s)", [1]),
+    ]
+
+    def duplicate() -> None:
+        with pytest.raises(IntegrityError):
+            execute_together(parts)
+
+    _, messages = _traced(duplicate)
+    assert messages.count(("F", "Sync")) == 1
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM batch_probe")
+        assert cursor.fetchone() == (0,)  # the first INSERT went with the second
+        cursor.execute("SELECT 1")  # the connection is usable after the error
