@@ -401,6 +401,8 @@ class BatchReport:
     retry_at: datetime | None = None
     # The drain stopped at its limit while still publishing.
     more: bool = False
+    # The batch stopped at its row or partition limit: more rows may be available.
+    full: bool = False
 
 
 def outbox_relay_batch(
@@ -421,6 +423,7 @@ def outbox_relay_batch(
         if not rows:
             return report
         report.claimed = len(rows)
+        report.full = len(rows) >= limit or len({r.partition_key for r in rows}) >= partitions
         started = time.monotonic()
         published, failed = _publish(rows, deliveries)
         if published:
@@ -503,9 +506,17 @@ def _publish(
     return published, list(failed.values())
 
 
-def outbox_drain(*, max_batches: int = 1000, max_seconds: float | None = None) -> BatchReport:
+def outbox_drain(
+    *, max_batches: int = 1000, max_seconds: float | None = None, caught_up: bool = False
+) -> BatchReport:
     """Publish until nothing is available, or ``max_batches``, or ``max_seconds`` have
-    passed (then ``more`` is set: rows may be left); the summed report."""
+    passed (then ``more`` is set: rows may be left); the summed report.
+
+    ``caught_up``: stop after a batch that was not full, having published every row that
+    was available when it claimed them. Rows committed meanwhile wait for the next drain:
+    under load, a drain that went on picked up a few rows per batch, each batch costing
+    the same round trips, so the relay spent more per event the busier it was.
+    """
     total = BatchReport()
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     for _ in range(max_batches):
@@ -515,7 +526,7 @@ def outbox_drain(*, max_batches: int = 1000, max_seconds: float | None = None) -
         total.claimed += report.claimed
         if report.retry_at is not None:
             total.retry_at = min(filter(None, [total.retry_at, report.retry_at]))
-        if report.published == 0:
+        if report.published == 0 or (caught_up and not report.full):
             return total
         if deadline is not None and time.monotonic() >= deadline:
             break

@@ -14,7 +14,9 @@ from jobs.durable import DurableTask
     name="jobs.outbox_relay", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
 )
 def outbox_relay() -> int:
-    """Drain the outbox; if a partition is backing off, wake again when it is due."""
+    """Drain the outbox up to the rows committed when it caught up; if commits came
+    meanwhile, look again after the coalescing window (``relay_wake_done``); if a
+    partition is backing off, wake again when it is due."""
     from django.utils import timezone
 
     from jobs.relay import (
@@ -28,7 +30,7 @@ def outbox_relay() -> int:
     relay_wake_taken()
     more = False
     try:
-        report = outbox_drain(max_seconds=RELAY_DRAIN_SECONDS)
+        report = outbox_drain(max_seconds=RELAY_DRAIN_SECONDS, caught_up=True)
         more = report.more
     finally:
         relay_wake_done(more=more)

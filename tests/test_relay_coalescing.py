@@ -108,3 +108,55 @@ def test_a_runs_events_commit_announces_them_and_wakes_the_relay_once(
         }
     listener.close()
     assert relay_messages(broker) == 1
+
+
+def test_a_relay_under_load_leaves_what_came_meanwhile_to_its_follow_up(
+    broker: Any, transactional_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drain stops once a batch is not full: a relay that went on took the few rows
+    each commit left meanwhile, paying a batch's round trips for each."""
+    import functools
+
+    from django.db import transaction
+
+    from jobs.models import OutboxEvent
+    from runs.models import Run
+    from runs.timeline import PendingEvent, events_record
+    from tests.factories import TaskFactory
+
+    runs = [Run.objects.create(task=TaskFactory(), run_no=1) for _ in range(3)]
+
+    def commit(run: Run, n: int) -> None:
+        with transaction.atomic():
+            events_record(
+                task=run.task, run=run, events=[PendingEvent("agent.run.started", {})] * n
+            )
+
+    real = jobs.relay.outbox_relay_batch
+    batches: list[int] = []
+
+    def batch_then_a_commit_lands() -> BatchReport:
+        report = functools.partial(real, limit=2)()
+        batches.append(report.claimed)
+        if len(batches) == 3:
+            commit(runs[2], 2)  # a step of another run commits while the drain catches up
+        return report
+
+    commit(runs[0], 3)
+    commit(runs[1], 2)  # its wake-up found the relay scheduled by the first
+    assert relay_messages(broker) == 1
+    broker.delete(RELAY_QUEUE)  # the message this relay task came from
+    monkeypatch.setattr(jobs.relay, "outbox_relay_batch", batch_then_a_commit_lands)
+    outbox_relay.run()
+    # Full batches go on (2, 2); the third was not full (1): the rows committed meanwhile
+    # are left pending, and the relay queued its follow-up after the coalescing window.
+    assert batches == [2, 2, 1]
+    pending = OutboxEvent.objects.filter(published_at__isnull=True)
+    assert pending.count() == 2
+    assert set(pending.values_list("partition_key", flat=True)) == {str(runs[2].pk)}
+    assert relay_messages(broker) == 1
+    assert json.loads(broker.lindex(RELAY_QUEUE, 0))["headers"]["eta"] is not None
+    broker.delete(RELAY_QUEUE)
+    outbox_relay.run()  # the follow-up
+    assert not OutboxEvent.objects.filter(published_at__isnull=True).exists()
+    assert batches[3:] == [2, 0]  # a full batch, then one that found nothing left
