@@ -144,6 +144,17 @@ def _relay_queue_with_events(sender: Any = None, instance: Any = None, **kwargs:
         queues.select_add(Queue("relay"))
 
 
+@signals.celeryd_after_setup.connect
+def _queues_served_record(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
+    """What this worker consumes (after the relay's queue is added), for the pool
+    processes forked after it: a step slice goes on with a run's next step when this
+    worker consumes that step's queue (``runs.dispatch.served_here``)."""
+    from runs.dispatch import queues_served_set
+
+    queues = (instance.app if instance is not None else app).amqp.queues
+    queues_served_set(q.name for q in queues.consume_from.values())
+
+
 # This process's heartbeat writer, while it is a ready worker (see jobs.workers).
 _heartbeater: Any = None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 
 from django.db import transaction
 
@@ -11,10 +12,28 @@ from runs.models import Run
 
 QUEUE_FOR_STATUS: dict[str, str] = {Run.Status.VERIFYING: "verify"}
 
+# The queues this process's worker consumes (set when a worker starts); empty elsewhere.
+_queues_served: frozenset[str] = frozenset()
+
 
 def queue_for(status: str) -> str:
     """The queue whose workers take a step of a run in ``status``."""
     return QUEUE_FOR_STATUS.get(status, "agent")
+
+
+def queues_served_set(names: Iterable[str]) -> None:
+    """Record the queues this process's worker consumes (``agentplatform.celery``)."""
+    global _queues_served
+    _queues_served = frozenset(names)
+
+
+def served_here(*, status: str, source: str) -> bool:
+    """Whether a worker that took a step of a run in ``source`` may take the next one, in
+    ``status``, itself: it is on the same queue, or on one this worker consumes too (a
+    worker deployed for both agent and verify steps sends itself no wake-up between
+    them)."""
+    queue = queue_for(status)
+    return queue == queue_for(source) or queue in _queues_served
 
 
 def run_wake(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:

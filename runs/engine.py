@@ -574,8 +574,9 @@ def step_execute(
     """Execute a step of a run if this message is still current. Returns what happened.
 
     With a ``slice`` the worker keeps going: while the slice lasts and the next step is
-    one this worker's queue serves, the step's commit keeps the lease (renewed) instead
-    of sending a wake-up, and the next step starts here from the rows the commit left.
+    on this message's queue or on another one this worker consumes
+    (``dispatch.served_here``), the step's commit keeps the lease (renewed) instead of
+    sending a wake-up, and the next step starts here from the rows the commit left.
     Each step is still its own fenced commit; if this process dies between two of them,
     the lease runs out and the reaper recovers the run as after any crash.
 
@@ -671,7 +672,7 @@ def step_commit(ctx: StepContext, outcome: Outcome) -> str:
         time.monotonic() < ctx.slice_end
         and status in STEPPABLE
         and not outcome.wait
-        and dispatch.queue_for(status) == dispatch.queue_for(source)
+        and dispatch.served_here(status=status, source=source)
     )
     fields: dict[str, Any] = {
         "step_no": F("step_no") + 1,

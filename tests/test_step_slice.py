@@ -97,6 +97,46 @@ def test_a_slice_takes_the_steps_of_one_queue_each_committed_on_its_own(run, han
     assert sequence == list(range(1, len(sequence) + 1))
 
 
+def test_a_worker_that_consumes_the_next_queue_too_goes_on_without_a_wake_up(
+    run, handlers, wakes, monkeypatch
+):
+    """Deployed with ``-Q agent,verify``: the verify step is this worker's as well, so no
+    message goes through the broker back to it; each step is still its own commit."""
+    from types import SimpleNamespace
+
+    from celery.app.amqp import Queues
+    from kombu import Queue
+
+    from agentplatform.celery import _queues_served_record
+
+    monkeypatch.setattr(dispatch, "_queues_served", frozenset())
+    queues = Queues([Queue(name) for name in ("agent", "verify", "events", "webhooks")])
+    queues.select(["agent", "verify"])
+    _queues_served_record(
+        instance=SimpleNamespace(app=SimpleNamespace(amqp=SimpleNamespace(queues=queues)))
+    )
+    _before, seen = handlers
+
+    assert step_execute(run_id=str(run.id), step_no=0, slice=StepSlice(seconds=30)) == S.COMPLETED
+
+    run.refresh_from_db()
+    assert [source for source, _, _ in seen] == CHAIN[:-1]
+    assert {attempt for _, _, attempt in seen} == {1}
+    assert (run.status, run.step_no) == (S.COMPLETED, len(CHAIN) - 1)
+    assert wakes == []
+    changes = run.events.filter(type="agent.run.status.changed").order_by("sequence_no")
+    assert list(changes.values_list("data__to", flat=True)) == CHAIN[1:]
+
+
+def test_a_worker_of_the_agent_queue_alone_still_hands_verifying_on(
+    run, handlers, wakes, monkeypatch
+):
+    monkeypatch.setattr(dispatch, "_queues_served", frozenset({"agent", "events"}))
+
+    assert step_execute(run_id=str(run.id), step_no=0, slice=StepSlice(seconds=30)) == S.VERIFYING
+    assert wakes == [(5, "verify")]
+
+
 def test_each_step_of_a_slice_is_committed_before_the_next_begins(run, handlers):
     before, _seen = handlers
     committed: list[tuple[str, int, str]] = []
