@@ -61,3 +61,23 @@ def test_an_error_in_a_prepared_batch_still_arrives_as_djangos(settings) -> None
         cursor.execute("SELECT count(*) FROM batch_probe")
         assert cursor.fetchone() == (0,)  # the first INSERT went with the second
         cursor.execute("SELECT 1")  # the connection is usable after the error
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["pipeline", "query-string"])
+def test_a_batch_answers_without_describing_its_columns(settings, monkeypatch, prepared) -> None:
+    """The next step's load has about a hundred columns: describing them (one object per
+    column) cost more than reading the row."""
+    import psycopg
+
+    settings.DATABASE_PREPARED_STATEMENTS = prepared
+    described: list[int] = []
+    real = psycopg.Cursor.description
+
+    def counting(cursor):
+        described.append(1)
+        return real.fget(cursor)
+
+    monkeypatch.setattr(psycopg.Cursor, "description", property(counting))
+    assert execute_together([("SELECT 1", []), ("SELECT %s, %s", [2, 3])]) == (2, 3)
+    assert execute_together([("SELECT 1", []), ("SET LOCAL work_mem = '8MB'", [])]) is None
+    assert described == []
