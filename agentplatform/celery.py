@@ -128,31 +128,29 @@ def _otel_after_fork(**kwargs: Any) -> None:
 
 
 @signals.celeryd_after_setup.connect
-def _relay_queue_with_events(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
-    """A worker of the "events" queue also serves the relay's queue.
+def _worker_queues_settle(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
+    """The queues this worker consumes, settled before its pool processes fork.
 
-    The relay has a queue of its own so that a backlog of consumer and delivery messages
-    never stands in front of it; with the Redis transport's round robin over a worker's
-    queues, a relay message waits for at most one message of each other queue. Any
-    worker deployed for "events" keeps publishing without naming the new queue.
+    A worker of the "events" queue also serves the relay's queue. The relay has a queue
+    of its own so that a backlog of consumer and delivery messages never stands in front
+    of it; with the Redis transport's round robin over a worker's queues, a relay message
+    waits for at most one message of each other queue. Any worker deployed for "events"
+    keeps publishing without naming the new queue.
+
+    Then the result is recorded for the pool processes: a step slice goes on with a
+    run's next step when this worker consumes that step's queue
+    (``runs.dispatch.served_here``).
     """
+    from runs.dispatch import queues_served_set
+
     queues = (instance.app if instance is not None else app).amqp.queues
     names = {q.name for q in queues.consume_from.values()}
     if "events" in names and "relay" not in names:
         from kombu import Queue
 
         queues.select_add(Queue("relay"))
-
-
-@signals.celeryd_after_setup.connect
-def _queues_served_record(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
-    """What this worker consumes (after the relay's queue is added), for the pool
-    processes forked after it: a step slice goes on with a run's next step when this
-    worker consumes that step's queue (``runs.dispatch.served_here``)."""
-    from runs.dispatch import queues_served_set
-
-    queues = (instance.app if instance is not None else app).amqp.queues
-    queues_served_set(q.name for q in queues.consume_from.values())
+        names.add("relay")
+    queues_served_set(names)
 
 
 # This process's heartbeat writer, while it is a ready worker (see jobs.workers).

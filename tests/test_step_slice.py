@@ -107,12 +107,12 @@ def test_a_worker_that_consumes_the_next_queue_too_goes_on_without_a_wake_up(
     from celery.app.amqp import Queues
     from kombu import Queue
 
-    from agentplatform.celery import _queues_served_record
+    from agentplatform.celery import _worker_queues_settle
 
     monkeypatch.setattr(dispatch, "_queues_served", frozenset())
     queues = Queues([Queue(name) for name in ("agent", "verify", "events", "webhooks")])
     queues.select(["agent", "verify"])
-    _queues_served_record(
+    _worker_queues_settle(
         instance=SimpleNamespace(app=SimpleNamespace(amqp=SimpleNamespace(queues=queues)))
     )
     _before, seen = handlers
