@@ -140,6 +140,9 @@ elif _database["ENGINE"] == "django.db.backends.postgresql":
     DATABASE_POOL = _env_value("DATABASE_POOL", bool, False)
     if DATABASE_POOL:
         _database["CONN_MAX_AGE"] = 0
+        # The pool checks each connection it hands out without a round trip unless its
+        # socket says the server ended it (agentplatform.postgresql).
+        _database["ENGINE"] = "agentplatform.postgresql"
         _database["OPTIONS"]["pool"] = {
             "min_size": _env_value("DATABASE_POOL_MIN_SIZE", int, 2),
             # One per request thread, plus two for the live streams' sign-in checks.
@@ -162,7 +165,7 @@ else:
     )
 DATABASES = {"default": _database}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-IS_POSTGRES = _database["ENGINE"] == "django.db.backends.postgresql"
+IS_POSTGRES = _database["ENGINE"].endswith(".postgresql")  # Django's backend or ours
 
 # --- Celery ---------------------------------------------------------------------------
 

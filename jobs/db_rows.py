@@ -42,16 +42,17 @@ def cursor_prepared() -> Iterator[Any]:
 
 
 def execute_together(parts: Sequence[tuple[str, Sequence[Any]]]) -> tuple[Any, ...] | None:
-    """Run ``parts`` (statement, parameters) in one round trip and one transaction, outside
-    a transaction block (PostgreSQL); the first row of the last statement's result, if it
-    returns rows.
+    """Run ``parts`` (statement, parameters) in one round trip (PostgreSQL), one after the
+    other, each with a snapshot of its own; the first row of the last statement's result,
+    if it returns rows.
 
-    With prepared statements on (see ``cursor_prepared``), the statements go in one
-    pipeline, each prepared on the connection the first time its text is sent: the
-    batch up to its Sync is one implicit transaction, and PostgreSQL plans none of them
-    again. Otherwise they go as one query string, which PostgreSQL also runs as one
-    transaction. Either way an error in any of them rolls back all of them and arrives
-    as Django's.
+    Outside a transaction block they are one transaction; inside one (``atomic()``),
+    part of it. With prepared statements on (see ``cursor_prepared``), the statements go
+    in one pipeline, each prepared on the connection the first time its text is sent:
+    the batch up to its Sync is one implicit transaction, and PostgreSQL plans none of
+    them again. Otherwise they go as one query string, which PostgreSQL also runs as one
+    transaction. Either way an error in any of them rolls back all of them (or fails the
+    transaction around them) and arrives as Django's.
     """
     if not _preparing():
         with connection.cursor() as cursor:
@@ -71,6 +72,46 @@ def execute_together(parts: Sequence[tuple[str, Sequence[Any]]]) -> tuple[Any, .
             for text, params in parts:
                 cursor.execute(text, params)
         return cursor.fetchone() if _returns_rows(cursor.cursor) else None
+
+
+def execute_committing(text: str, params: Any) -> None:
+    """Run ``text``, the last statement of the transaction, and commit in the same round
+    trip, when the transaction is the outermost ``atomic()`` block's (the one that commits).
+
+    The statement and a COMMIT go in one pipeline. When the block ends, Django's commit
+    finds the transaction already committed and sends nothing, and the block's
+    ``on_commit`` callbacks run as usual; an error in either statement arrives as Django's
+    and the block rolls back as usual. Nothing may use the connection between this call
+    and the end of the block: it would run in a transaction of its own. In a nested block
+    (a savepoint, or a caller's transaction around this one), or with prepared statements
+    off, the statement runs alone and the block commits as it always does.
+    """
+    if not (_preparing() and _commits_on_exit()):
+        with cursor_prepared() as cursor:
+            cursor.execute(text, params)
+        return
+    raw = _preparing_connection()
+    with (
+        connection.wrap_database_errors,
+        connection.make_cursor(_preparing_cursor_class()(raw)) as cursor,
+        raw.pipeline(),
+    ):
+        cursor.execute(text, params)
+        # Queued behind it (the connection's commit() would sync at once), and sent
+        # unprepared: a transaction's end is no statement to keep a plan of.
+        cursor.cursor.execute("COMMIT", prepare=False)
+
+
+def _commits_on_exit() -> bool:
+    """Whether the current transaction is the outermost atomic block's, to be committed
+    when it ends (no savepoint, no caller's transaction, not marked for rollback)."""
+    return (
+        connection.in_atomic_block
+        and len(connection.atomic_blocks) == 1
+        and connection.commit_on_exit
+        and not connection.needs_rollback
+        and not connection.savepoint_ids
+    )
 
 
 def _returns_rows(cursor: Any) -> bool:

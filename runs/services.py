@@ -22,7 +22,13 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Exists, F, Max, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from jobs.db_rows import cursor_prepared, row_json, update_sql
+from jobs.db_rows import (
+    cursor_prepared,
+    execute_committing,
+    execute_together,
+    row_json,
+    update_sql,
+)
 from runs import dispatch
 from runs.logs import log
 from runs.models import (
@@ -84,11 +90,14 @@ def request_fingerprint(payload: dict[str, Any]) -> str:
 # --- admission -----------------------------------------------------------------------------
 
 
-def admission_check(*, workspace: Workspace, repository: Repository, margin: int = 0) -> str | None:
+def admission_check(
+    *, workspace: Workspace, repository: Repository, margin: int = 0, lane: bool = False
+) -> str | None:
     """Why a new run cannot start now, or None.
 
     Call under the workspace's exclusive admission lock (``_lock_workspace``), or holding
-    an admission lane with ``margin`` set to the number of lanes (``_lane_take``).
+    an admission lane with ``margin`` set to the number of lanes; ``lane`` takes one first,
+    in the same round trip as the count (``_lane_take_sql``).
     """
     budget = workspace.daily_cost_budget_usd
     # The repository's runs are among the workspace's: under a limit no lower than the
@@ -103,6 +112,7 @@ def admission_check(*, workspace: Workspace, repository: Repository, margin: int
         repository_id=repository.pk if repository_decides else None,
         spend=budget > 0,
         cap=workspace.max_active_runs,
+        lane=lane,
     )
     if in_workspace + margin >= workspace.max_active_runs:
         return _workspace_full(workspace)
@@ -126,7 +136,12 @@ def _active_runs_count(*, workspace_id: int, repository_id: int) -> tuple[int, i
 
 
 def _admission_counts(
-    *, workspace_id: int, repository_id: int | None, spend: bool, cap: int = _UNCAPPED
+    *,
+    workspace_id: int,
+    repository_id: int | None,
+    spend: bool,
+    cap: int = _UNCAPPED,
+    lane: bool = False,
 ) -> tuple[int, int, Decimal]:
     """Active runs of the workspace and, among them, of the repository (one scan, which
     stops after ``cap`` runs of the workspace) and, with ``spend``, the workspace's spend
@@ -139,14 +154,24 @@ def _admission_counts(
     however many runs are queued; ordered, PostgreSQL cannot prefer a sequential scan
     that hopes to meet the workspace's runs early. Every submission counts: a fixed
     statement, not a queryset built each time.
+
+    ``lane``: take an admission lane of the workspace first, in the same round trip. The
+    count is a statement of its own after it, so its snapshot is taken once the lane is
+    held and sees every admission that let its lane go.
     """
     params: list[Any] = [] if repository_id is None else [repository_id]
     if spend:
         params += [workspace_id, timezone.now().astimezone(UTC).date()]
     params += [workspace_id, cap]
-    with cursor_prepared() as cursor:
-        cursor.execute(_admission_counts_sql(spend, repository_id is not None), params)
-        in_workspace, in_repository, spent = cursor.fetchone()
+    counts = _admission_counts_sql(spend, repository_id is not None)
+    if lane:
+        row = execute_together([_lane_take_sql(workspace_id), (counts, params)])
+    else:
+        with cursor_prepared() as cursor:
+            cursor.execute(counts, params)
+            row = cursor.fetchone()
+    assert row is not None  # an aggregate: always one row
+    in_workspace, in_repository, spent = row
     return int(in_workspace), int(in_repository), Decimal(spent or 0)
 
 
@@ -227,24 +252,22 @@ def _lock_workspace(workspace_id: int) -> Workspace:
     return Workspace.objects.select_for_update().get(pk=workspace_id)
 
 
-def _lane_take(workspace_id: int) -> None:
-    """Hold one admission lane of the workspace until the transaction ends."""
+def _lane_take_sql(workspace_id: int) -> tuple[str, list[Any]]:
+    """The statement that holds one admission lane of the workspace until the transaction
+    ends: the first free lane, tried in random order, or, with every lane busy, a wait
+    for a random one. It answers the lane taken (-1 after a wait)."""
     lanes = _lanes()
     key = workspace_id % 2**31
-    with cursor_prepared() as cursor:
-        cursor.execute(
-            # MATERIALIZED keeps the try-lock out of the lane list (a pushed-down filter
-            # would try, and take, every lane); lanes are tried in random order.
-            "WITH lanes AS MATERIALIZED (SELECT lane FROM generate_series(0, %s) AS lane "
-            "ORDER BY random()) "
-            "SELECT lane FROM lanes WHERE pg_try_advisory_xact_lock(%s + lane, %s) LIMIT 1",
-            [lanes - 1, _LANE_KEY, key],
-        )
-        if cursor.fetchone() is None:  # every lane busy: queue behind one of them
-            cursor.execute(
-                "SELECT pg_advisory_xact_lock(%s + %s, %s)",
-                [_LANE_KEY, random.randrange(lanes), key],
-            )
+    return (
+        # MATERIALIZED keeps the try-lock out of the lane list (a pushed-down filter would
+        # try, and take, every lane). COALESCE evaluates its second argument, the wait,
+        # only when no lane was free.
+        "SELECT COALESCE((WITH lanes AS MATERIALIZED (SELECT lane FROM generate_series(0, %s)"
+        " AS lane ORDER BY random()) SELECT lane FROM lanes"
+        " WHERE pg_try_advisory_xact_lock(%s + lane, %s) LIMIT 1),"
+        " (SELECT -1 FROM pg_advisory_xact_lock(%s + %s, %s)))",
+        [lanes - 1, _LANE_KEY, key, _LANE_KEY, random.randrange(lanes), key],
+    )
 
 
 def _run_start(*, task: Task, feedback: str = "", actor: str = "") -> Run:
@@ -375,13 +398,12 @@ def _task_create(
 ) -> Submission:
     """task_submit's transaction, under the exclusive admission lock or one lane."""
     with transaction.atomic():
-        if exclusive:
-            ws = _lock_workspace(workspace.pk)
-        else:
-            _lane_take(workspace.pk)
-            ws = workspace
+        ws = _lock_workspace(workspace.pk) if exclusive else workspace
         refusal = admission_check(
-            workspace=ws, repository=repository, margin=0 if exclusive else _lanes()
+            workspace=ws,
+            repository=repository,
+            margin=0 if exclusive else _lanes(),
+            lane=not exclusive,
         )
         if refusal is not None and not exclusive:
             # Deferring needs no exclusive lock: a task deferred on a count that is
@@ -505,8 +527,9 @@ def _submission_insert(*, task: Task, run: Run | None, events: list[PendingEvent
         "timeline": _json_dumps(timeline),
         "outbox": _json_dumps(outbox),
     }
-    with cursor_prepared() as cursor:
-        cursor.execute(_submission_insert_sql(), params)
+    # The transaction's last statement: committed in the same round trip when the
+    # submission's own transaction is the one that commits.
+    execute_committing(_submission_insert_sql(), params)
     for row in (task, run):
         if row is not None:
             row._state.adding = False

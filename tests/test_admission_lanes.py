@@ -12,7 +12,7 @@ from django.db import OperationalError, connection, connections, transaction
 
 from runs import dispatch
 from runs.models import Run, Task
-from runs.services import task_submit
+from runs.services import _admission_counts, _lock_workspace, admission_check, task_submit
 from runs.state import TERMINAL
 from tests.factories import RepositoryFactory, WorkspaceFactory
 
@@ -120,3 +120,61 @@ def test_submissions_over_the_limit_are_deferred_side_by_side(settings: Any) -> 
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = 0")
     assert Task.objects.filter(workspace=workspace, status=Task.Status.DEFERRED).count() == 2
+
+
+def _advisory_locks_held() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND pid = pg_backend_pid()"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_the_count_holds_exactly_one_lane(settings: Any) -> None:
+    settings.ADMISSION_LANES = 8
+    workspace = WorkspaceFactory(max_active_runs=10)
+    repository = RepositoryFactory(workspace=workspace, max_active_runs=10)
+    with transaction.atomic():
+        assert admission_check(workspace=workspace, repository=repository, lane=True) is None
+        assert _advisory_locks_held() == 1  # a free lane: the wait was never evaluated
+    assert _advisory_locks_held() == 0
+
+
+def test_with_every_lane_busy_the_count_waits_for_one(settings: Any) -> None:
+    settings.ADMISSION_LANES = 4
+    workspace = WorkspaceFactory(max_active_runs=10)
+    repository = RepositoryFactory(workspace=workspace, max_active_runs=10)
+    holding, release = threading.Event(), threading.Event()
+
+    def exclusive() -> None:
+        try:
+            with transaction.atomic():
+                _lock_workspace(workspace.pk)  # every lane
+                task_submit(workspace=workspace, repository=repository, instruction="first")
+                holding.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=exclusive)
+    other.start()
+    try:
+        assert holding.wait(30)
+        threading.Timer(0.5, release.set).start()
+        with transaction.atomic():
+            refusal = admission_check(workspace=workspace, repository=repository, lane=True)
+            assert release.is_set()  # it waited for the exclusive holder
+            assert _advisory_locks_held() == 1
+    finally:
+        release.set()
+        other.join(30)
+    # Counted after the wait: the run admitted meanwhile is in the count.
+    assert refusal is None
+    with transaction.atomic():
+        assert (
+            _admission_counts(
+                workspace_id=workspace.pk, repository_id=None, spend=False, lane=True
+            )[0]
+            == 1
+        )

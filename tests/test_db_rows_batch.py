@@ -6,9 +6,9 @@ from __future__ import annotations
 import tempfile
 
 import pytest
-from django.db import IntegrityError, connection
+from django.db import IntegrityError, connection, transaction
 
-from jobs.db_rows import execute_together
+from jobs.db_rows import execute_committing, execute_together
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -81,3 +81,75 @@ def test_a_batch_answers_without_describing_its_columns(settings, monkeypatch, p
     assert execute_together([("SELECT 1", []), ("SELECT %s, %s", [2, 3])]) == (2, 3)
     assert execute_together([("SELECT 1", []), ("SET LOCAL work_mem = '8MB'", [])]) is None
     assert described == []
+
+
+# --- the transaction's last statement with its COMMIT -------------------------------------
+
+
+@pytest.fixture
+def probe():
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE IF NOT EXISTS commit_probe (id int PRIMARY KEY)")
+        cursor.execute("TRUNCATE commit_probe")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS commit_probe")
+
+
+def _probe_ids() -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM commit_probe ORDER BY id")
+        return [i for (i,) in cursor.fetchall()]
+
+
+def test_the_last_statement_and_the_commit_are_one_round_trip(settings, probe) -> None:
+    settings.DATABASE_PREPARED_STATEMENTS = True
+    committed: list[int] = []
+
+    def block() -> None:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")  # the transaction is open
+            transaction.on_commit(lambda: committed.append(1))
+            execute_committing("INSERT INTO commit_probe (id) VALUES (%s)", [1])
+
+    _, messages = _traced(block)
+    # BEGIN and the SELECT, then one batch; Django's commit at the block's end sends nothing.
+    assert messages.count(("B", "ReadyForQuery")) == 3, messages
+    assert messages.count(("F", "Sync")) == 1
+    assert messages[-1] == ("B", "ReadyForQuery")
+    assert committed == [1]  # the callbacks ran once, after the commit
+    assert _probe_ids() == [1]
+    assert connection.get_autocommit()
+
+
+def test_in_a_callers_transaction_the_statement_waits_for_its_commit(settings, probe) -> None:
+    settings.DATABASE_PREPARED_STATEMENTS = True
+    with pytest.raises(RuntimeError), transaction.atomic():
+        with transaction.atomic():
+            execute_committing("INSERT INTO commit_probe (id) VALUES (%s)", [1])
+        with transaction.atomic(savepoint=False):
+            execute_committing("INSERT INTO commit_probe (id) VALUES (%s)", [2])
+        raise RuntimeError("the caller's transaction rolls back")
+    assert _probe_ids() == []
+
+
+def test_an_error_rolls_the_block_back_and_skips_its_callbacks(settings, probe) -> None:
+    settings.DATABASE_PREPARED_STATEMENTS = True
+    committed: list[int] = []
+    with pytest.raises(IntegrityError), transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("INSERT INTO commit_probe (id) VALUES (1)")
+        transaction.on_commit(lambda: committed.append(1))
+        execute_committing("INSERT INTO commit_probe (id) VALUES (%s)", [1])
+    assert committed == []
+    assert _probe_ids() == []
+    assert connection.get_autocommit()
+
+
+def test_without_prepared_statements_the_block_commits_as_usual(settings, probe) -> None:
+    settings.DATABASE_PREPARED_STATEMENTS = False
+    with transaction.atomic():
+        execute_committing("INSERT INTO commit_probe (id) VALUES (%s)", [1])
+        assert connection.connection.pgconn.transaction_status != 0  # still open (not IDLE)
+    assert _probe_ids() == [1]

@@ -6,6 +6,7 @@ unique constraint."""
 from __future__ import annotations
 
 import json
+import tempfile
 import uuid
 
 import pytest
@@ -14,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from runs.models import Membership, Run, RunEvent, Task
+from runs.services import task_submit
 from runs.timeline import event_record
 from tests.factories import RepositoryFactory, UserFactory, WorkspaceFactory
 
@@ -51,11 +53,41 @@ def test_a_new_submission_is_one_lookup_and_one_transaction_of_inserts(submitter
     assert statements == [
         "SELECT",  # the repository, among the caller's workspaces
         "BEGIN",
-        "WITH",  # an admission lane
-        "SELECT",  # active runs of the workspace and of the repository, one scan
+        # An admission lane, then the active runs of the workspace and of the repository
+        # (one scan): one batch.
+        "SELECT",
         "WITH",  # task, run, timeline and outbox rows: one statement
         "COMMIT",
     ], [q["sql"][:100] for q in queries.captured_queries]
+    assert "pg_try_advisory_xact_lock" in queries.captured_queries[2]["sql"]
+    assert "SELECT COUNT(*)" in queries.captured_queries[2]["sql"]
+
+
+def test_a_submissions_transaction_is_three_round_trips(submitter, settings) -> None:
+    """BEGIN; the lane and the count; the rows and the COMMIT: libpq's protocol trace
+    counts what the submission waited for (five answers before: the lane, the count and
+    the COMMIT each alone)."""
+    from psycopg.pq import Trace
+
+    settings.DATABASE_PREPARED_STATEMENTS = True
+    _, repository = submitter
+    task_submit(workspace=repository.workspace, repository=repository, instruction="warm")
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile("w+") as trace:
+        pgconn.trace(trace.fileno())
+        pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
+        try:
+            submission = task_submit(
+                workspace=repository.workspace, repository=repository, instruction="Fix it"
+            )
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        messages = [line.split("\t")[2].split(" ")[0] for line in trace if line.count("\t") > 1]
+    assert submission.task.status == Task.Status.RUNNING
+    assert messages.count("ReadyForQuery") == 3, messages
+    assert "Query" not in messages  # no COMMIT of its own after the batch
+    assert Task.objects.filter(pk=submission.task.pk, status="running").exists()
 
 
 def test_the_submitted_task_and_its_timeline_are_as_before(submitter) -> None:
