@@ -184,9 +184,11 @@ class TaskCollectionApi(generics.ListAPIView):
             budget=dict(data.get("budget") or {}),
             model_options=data["model_options"],
         )
+        # Already in the output serializer's form (ids, a status, a reason or null): the
+        # renderer writes it as that serializer would, without building its fields.
         body = submission_outcome(submission=submission)
         return Response(
-            self.CreateOutputSerializer(body).data,
+            body,
             status=202,
             headers={"Location": f"/api/tasks/{submission.task.id}/"},
         )
