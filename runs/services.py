@@ -256,17 +256,19 @@ def _lane_take_sql(workspace_id: int) -> tuple[str, list[Any]]:
     """The statement that holds one admission lane of the workspace until the transaction
     ends: the first free lane, tried in random order, or, with every lane busy, a wait
     for a random one. It answers the lane taken (-1 after a wait)."""
-    lanes = _lanes()
+    lanes = int(_lanes())
     key = workspace_id % 2**31
     return (
         # MATERIALIZED keeps the try-lock out of the lane list (a pushed-down filter would
         # try, and take, every lane). COALESCE evaluates its second argument, the wait,
-        # only when no lane was free.
-        "SELECT COALESCE((WITH lanes AS MATERIALIZED (SELECT lane FROM generate_series(0, %s)"
-        " AS lane ORDER BY random()) SELECT lane FROM lanes"
+        # only when no lane was free. The number of lanes is in the text, not a parameter:
+        # with it unknown PostgreSQL priced its generic plan for a thousand lanes and
+        # planned the statement again on every submission.
+        "SELECT COALESCE((WITH lanes AS MATERIALIZED (SELECT lane FROM generate_series(0, "  # noqa: S608
+        f"{lanes - 1}) AS lane ORDER BY random()) SELECT lane FROM lanes"
         " WHERE pg_try_advisory_xact_lock(%s + lane, %s) LIMIT 1),"
         " (SELECT -1 FROM pg_advisory_xact_lock(%s + %s, %s)))",
-        [lanes - 1, _LANE_KEY, key, _LANE_KEY, random.randrange(lanes), key],
+        [_LANE_KEY, key, _LANE_KEY, random.randrange(lanes), key],
     )
 
 

@@ -152,3 +152,21 @@ def test_a_submissions_statements_are_prepared_once_and_reused(submitter) -> Non
     assert all("$1" in s for s in lane + count + insert)
     assert not any("Fix it" in s for s in statements)
     assert Task.objects.count() == 3
+
+
+def test_a_submissions_statements_are_not_planned_again_each_time(submitter) -> None:
+    """After its first five runs PostgreSQL keeps a prepared statement's generic plan if
+    it costs no more than the custom ones; a statement whose generic plan it priced too
+    high (the lane's, with the number of lanes a parameter) was planned on every run."""
+    api, repository = submitter
+    for n in range(12):
+        assert _submit(api, repository, instruction=f"Fix it, number {n}").status_code == 202
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE '%%advisory%%' OR statement LIKE '%%runs_%%'"
+        )
+        plans = cursor.fetchall()
+    assert len(plans) >= 3
+    for statement, generic, custom in plans:
+        assert custom <= 5 and generic >= 7, (statement[:60], generic, custom)
