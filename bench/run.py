@@ -895,7 +895,13 @@ class Bench:
         }
         layout = self.args.layout
         run_path = self.reads_fixture()
-        for _ in range(self.reps):
+        for rep in range(self.reps):
+            if rep:
+                # Each repetition starts where the first did, as each figure does: the
+                # runs the last one's submissions queued (nothing steps them here) are
+                # ended. Left queued, they made every later repetition's admission count
+                # thousands more active runs than the first one's.
+                self.quiesce()
             with self.server(layout) as port:
                 figures["insert"].append(self.load(port, "insert", conns, seconds))
                 figures["webhook"].append(
