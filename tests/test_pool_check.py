@@ -15,6 +15,8 @@ import pytest
 from django.db import connection
 from django.db.utils import ConnectionHandler
 
+from tests.conftest import wait_for
+
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 
@@ -69,6 +71,16 @@ def test_a_connection_the_server_ended_is_replaced_before_use(pooled: Any) -> No
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
         assert cursor.fetchone()[0] is True
+
+    def backend_gone() -> bool:
+        # pg_terminate_backend only signals: the backend ends (and closes its side of
+        # the socket) a moment later. A request that comes meanwhile meets the
+        # connection as it would between two checks.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+            return cursor.fetchone()[0] == 0
+
+    wait_for(backend_gone, timeout=10, message="the backend ended")
     # The next request's first statement works, on a new connection.
     new_pid = _backend_pid(pooled)
     assert new_pid != pid

@@ -27,8 +27,15 @@ def pool_connection_check(conn: Any) -> None:
     """Return quietly if ``conn`` is still good; raise if it is not (the pool drops it)."""
     pgconn = conn.pgconn
     idle = pgconn.status == ConnStatus.OK and pgconn.transaction_status == TransactionStatus.IDLE
-    if not idle or select.select([pgconn.socket], [], [], 0)[0]:
+    if not idle or _readable(pgconn.socket):
         ConnectionPool.check_connection(conn)
+
+
+def _readable(fd: int) -> bool:
+    # poll, not select: a busy server process may hold descriptors above select's 1024.
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 # The stubs leave out the pool's parts of Django's wrapper (its pools, its configure).
