@@ -91,14 +91,15 @@ def request_fingerprint(payload: dict[str, Any]) -> str:
 
 
 def admission_check(
-    *, workspace: Workspace, repository: Repository, margin: int = 0, lane: bool = False
+    *, workspace: Workspace, repository: Repository, lane: bool = False
 ) -> str | None:
     """Why a new run cannot start now, or None.
 
-    Call under the workspace's exclusive admission lock (``_lock_workspace``), or holding
-    an admission lane with ``margin`` set to the number of lanes; ``lane`` takes one first,
-    in the same round trip as the count (``_lane_take_sql``).
+    Call under the workspace's exclusive admission lock (``_lock_workspace``), or with
+    ``lane``: an admission lane is taken first, in the same round trip as the count
+    (``_lane_take_sql``), and one run per lane is kept in reserve.
     """
+    margin = _lanes() if lane else 0
     budget = workspace.daily_cost_budget_usd
     # The repository's runs are among the workspace's: under a limit no lower than the
     # workspace's, its count never refuses what the workspace's count let through, and
@@ -401,12 +402,7 @@ def _task_create(
     """task_submit's transaction, under the exclusive admission lock or one lane."""
     with transaction.atomic():
         ws = _lock_workspace(workspace.pk) if exclusive else workspace
-        refusal = admission_check(
-            workspace=ws,
-            repository=repository,
-            margin=0 if exclusive else _lanes(),
-            lane=not exclusive,
-        )
+        refusal = admission_check(workspace=ws, repository=repository, lane=not exclusive)
         if refusal is not None and not exclusive:
             # Deferring needs no exclusive lock: a task deferred on a count that is
             # already stale is seen by the re-admission that follows the run's end, which

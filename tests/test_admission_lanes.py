@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 import pytest
@@ -27,6 +29,31 @@ def no_wakeups(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(dispatch, "run_wake", lambda **kwargs: None)
     yield
     Run.objects.exclude(status__in=TERMINAL).update(status=Run.Status.CANCELLED)
+
+
+@contextmanager
+def _held_open(body: Callable[[], Any]) -> Iterator[threading.Event]:
+    """Run ``body`` in a transaction of another thread and keep that transaction open
+    until the block ends, or until the yielded event is set."""
+    ready, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                body()
+                ready.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=hold)
+    other.start()
+    try:
+        assert ready.wait(30)
+        yield release
+    finally:
+        release.set()
+        other.join(30)
 
 
 def test_limits_hold_when_many_submit_at_once(settings: Any) -> None:
@@ -55,32 +82,20 @@ def test_a_submission_does_not_wait_for_another_in_flight(settings: Any) -> None
     settings.ADMISSION_LANES = 8
     workspace = WorkspaceFactory(max_active_runs=1000)
     repository = RepositoryFactory(workspace=workspace, max_active_runs=1000)
-    submitted, release = threading.Event(), threading.Event()
-
-    def in_flight() -> None:
-        # A submission whose transaction is still open (e.g. a slow commit).
-        try:
-            with transaction.atomic():
-                task_submit(workspace=workspace, repository=repository, instruction="first")
-                submitted.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
-
-    other = threading.Thread(target=in_flight)
-    other.start()
+    # A submission whose transaction is still open (e.g. a slow commit).
+    first = partial(task_submit, workspace=workspace, repository=repository, instruction="first")
     try:
-        assert submitted.wait(30)
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = '3s'")
-        try:
-            second = task_submit(workspace=workspace, repository=repository, instruction="second")
-        except OperationalError as exc:  # a lock wait that would serialise submissions
-            pytest.fail(f"the second submission waited for the first: {exc}")
-        assert second.status == Task.Status.RUNNING
+        with _held_open(first):
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = '3s'")
+            try:
+                second = task_submit(
+                    workspace=workspace, repository=repository, instruction="second"
+                )
+            except OperationalError as exc:  # a lock wait that would serialise submissions
+                pytest.fail(f"the second submission waited for the first: {exc}")
+            assert second.status == Task.Status.RUNNING
     finally:
-        release.set()
-        other.join(30)
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = 0")
     assert Run.objects.filter(task__workspace=workspace).count() == 2
@@ -91,32 +106,18 @@ def test_submissions_over_the_limit_are_deferred_side_by_side(settings: Any) -> 
     workspace = WorkspaceFactory(max_active_runs=1)
     repository = RepositoryFactory(workspace=workspace, max_active_runs=10)
     task_submit(workspace=workspace, repository=repository, instruction="first")
-    submitted, release = threading.Event(), threading.Event()
-
-    def in_flight() -> None:
-        # A deferred submission whose transaction is still open.
-        try:
-            with transaction.atomic():
-                task_submit(workspace=workspace, repository=repository, instruction="second")
-                submitted.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
-
-    other = threading.Thread(target=in_flight)
-    other.start()
+    # A deferred submission whose transaction is still open.
+    second = partial(task_submit, workspace=workspace, repository=repository, instruction="second")
     try:
-        assert submitted.wait(30)
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = '3s'")
-        try:
-            third = task_submit(workspace=workspace, repository=repository, instruction="third")
-        except OperationalError as exc:  # deferring one at a time, as a burst would queue
-            pytest.fail(f"a deferral waited for another deferral: {exc}")
-        assert third.status == Task.Status.DEFERRED
+        with _held_open(second):
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = '3s'")
+            try:
+                third = task_submit(workspace=workspace, repository=repository, instruction="third")
+            except OperationalError as exc:  # deferring one at a time, as a burst would queue
+                pytest.fail(f"a deferral waited for another deferral: {exc}")
+            assert third.status == Task.Status.DEFERRED
     finally:
-        release.set()
-        other.join(30)
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = 0")
     assert Task.objects.filter(workspace=workspace, status=Task.Status.DEFERRED).count() == 2
@@ -145,30 +146,17 @@ def test_with_every_lane_busy_the_count_waits_for_one(settings: Any) -> None:
     settings.ADMISSION_LANES = 4
     workspace = WorkspaceFactory(max_active_runs=10)
     repository = RepositoryFactory(workspace=workspace, max_active_runs=10)
-    holding, release = threading.Event(), threading.Event()
 
     def exclusive() -> None:
-        try:
-            with transaction.atomic():
-                _lock_workspace(workspace.pk)  # every lane
-                task_submit(workspace=workspace, repository=repository, instruction="first")
-                holding.set()
-                release.wait(30)
-        finally:
-            connections.close_all()
+        _lock_workspace(workspace.pk)  # every lane
+        task_submit(workspace=workspace, repository=repository, instruction="first")
 
-    other = threading.Thread(target=exclusive)
-    other.start()
-    try:
-        assert holding.wait(30)
+    with _held_open(exclusive) as release:
         threading.Timer(0.5, release.set).start()
         with transaction.atomic():
             refusal = admission_check(workspace=workspace, repository=repository, lane=True)
             assert release.is_set()  # it waited for the exclusive holder
             assert _advisory_locks_held() == 1
-    finally:
-        release.set()
-        other.join(30)
     # Counted after the wait: the run admitted meanwhile is in the count.
     assert refusal is None
     with transaction.atomic():
