@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, models
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models
 from django.db.models.sql import UpdateQuery
 
 
@@ -32,6 +32,7 @@ def cursor_prepared() -> Iterator[Any]:
     (error translation) as any other. ``DATABASE_PREPARED_STATEMENTS=0`` turns it off, for a
     connection pooler that does not keep prepared statements across transactions.
     """
+    connection = _connection()
     if not _preparing():
         with connection.cursor() as cursor:
             yield cursor
@@ -54,6 +55,7 @@ def execute_together(parts: Sequence[tuple[str, Sequence[Any]]]) -> tuple[Any, .
     transaction. Either way an error in any of them rolls back all of them (or fails the
     transaction around them) and arrives as Django's.
     """
+    connection = _connection()
     if not _preparing():
         with connection.cursor() as cursor:
             cursor.execute("; ".join(text for text, _ in parts), [p for _, ps in parts for p in ps])
@@ -86,6 +88,7 @@ def execute_committing(text: str, params: Any) -> None:
     (a savepoint, or a caller's transaction around this one), or with prepared statements
     off, the statement runs alone and the block commits as it always does.
     """
+    connection = _connection()
     if not (_preparing() and _commits_on_exit()):
         with cursor_prepared() as cursor:
             cursor.execute(text, params)
@@ -105,6 +108,7 @@ def execute_committing(text: str, params: Any) -> None:
 def _commits_on_exit() -> bool:
     """Whether the current transaction is the outermost atomic block's, to be committed
     when it ends (no savepoint, no caller's transaction, not marked for rollback)."""
+    connection = _connection()
     return (
         connection.in_atomic_block
         and len(connection.atomic_blocks) == 1
@@ -134,6 +138,7 @@ def update_sql(queryset: Any, values: dict[str, Any]) -> tuple[str, list[Any]]:
 
 
 def _preparing() -> bool:
+    connection = _connection()
     return (
         connection.vendor == "postgresql"
         and settings.DATABASE_PREPARED_STATEMENTS
@@ -145,6 +150,7 @@ def _preparing() -> bool:
 
 def _preparing_connection() -> Any:
     """The psycopg connection under Django's, set to prepare only what asks for it."""
+    connection = _connection()
     connection.validate_thread_sharing()
     connection.ensure_connection()
     psycopg_connection = connection.connection
@@ -172,6 +178,14 @@ def _preparing_cursor_class() -> type[Any]:
 
 
 _PREPARING_CURSOR: type[Any] | None = None
+
+
+def _connection() -> Any:
+    """The default connection itself: each attribute read through ``django.db.connection``
+    looks the connection up again (a thread-local read), dozens of times a request."""
+    return connections[DEFAULT_DB_ALIAS]
+
+
 # A count of executions no statement reaches: psycopg prepares only what asks for it.
 _PREPARE_ONLY_WHEN_ASKED = 2**31 - 1
 
@@ -200,6 +214,7 @@ def converters_of(model: type[Any], fields: Any) -> Converting:
 
 def row_convert(values: Any, converting: Converting) -> list[Any]:
     """A raw row's values as the ORM reads them: each through its field's converters."""
+    connection = _connection()
     converted = list(values)
     for index, column, converters in converting:
         value = converted[index]
@@ -210,6 +225,7 @@ def row_convert(values: Any, converting: Converting) -> list[Any]:
 
 
 def _row_reader(model: type[Any]) -> tuple[list[str], Converting]:
+    connection = _connection()
     key = (connection.vendor, model)
     reader = _ROW_READERS.get(key)
     if reader is None:
@@ -221,6 +237,7 @@ def _row_reader(model: type[Any]) -> tuple[list[str], Converting]:
 
 def instance_from_row(model: type[Any], values: Any) -> Any:
     """A model instance from raw column values, through the fields' database converters."""
+    connection = _connection()
     attnames, converting = _row_reader(model)
     if len(values) != len(attnames):
         raise ValueError(f"{len(values)} values for {len(attnames)} columns of {model.__name__}")

@@ -40,6 +40,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from agentplatform.broker import task_producer
 from jobs import metrics
 from jobs.backoff import backoff_delay
 from jobs.db_rows import instance_from_row
@@ -122,7 +123,11 @@ def relay_wake(*, countdown: float | None = None, publish: tuple[str, str] | Non
             log.warning("relay.coalesce_failed", exc_info=True)
     try:
         # celery-stubs type countdown as float, but celery's own default is None.
-        outbox_relay.apply_async(queue=RELAY_QUEUE, countdown=countdown)  # type: ignore[arg-type]
+        outbox_relay.apply_async(
+            queue=RELAY_QUEUE,
+            countdown=countdown,  # type: ignore[arg-type]
+            producer=task_producer(outbox_relay.app),
+        )
     except Exception:  # the beat sweep publishes what this wake-up would have
         log.warning("relay.wake_failed", exc_info=True)
 
@@ -148,12 +153,15 @@ def relay_wake_done(*, more: bool = False) -> None:
         client = _coalescing_client()
         if client is None:
             if more:
-                outbox_relay.apply_async(queue=RELAY_QUEUE)
+                outbox_relay.apply_async(
+                    queue=RELAY_QUEUE, producer=task_producer(outbox_relay.app)
+                )
             return
         if more or client.get(RELAY_PENDING_KEY):
             client.pexpire(RELAY_SCHEDULED_KEY, RELAY_SCHEDULED_TTL_MS)
             outbox_relay.apply_async(
                 queue=RELAY_QUEUE,
+                producer=task_producer(outbox_relay.app),
                 # celery-stubs type countdown as float; None sends at once (no eta).
                 countdown=None if more else settings.OUTBOX_RELAY_COALESCE_SECONDS,  # type: ignore[arg-type]
             )

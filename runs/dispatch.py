@@ -38,6 +38,7 @@ def served_here(*, status: str, source: str) -> bool:
 
 def run_wake(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:
     """Send the message that makes a worker take step ``step_no`` of the run."""
+    from agentplatform.broker import task_producer
     from runs.tasks import run_step
 
     args = (str(run_id), step_no)
@@ -45,7 +46,11 @@ def run_wake(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None
     # cost a tenth of the publish.
     # (celery-stubs leave these two options of apply_async out.)
     run_step.apply_async(  # type: ignore[call-arg]
-        args=args, queue=queue_for(status), argsrepr=repr(args), kwargsrepr="{}"
+        args=args,
+        queue=queue_for(status),
+        argsrepr=repr(args),
+        kwargsrepr="{}",
+        producer=task_producer(run_step.app),
     )
 
 
