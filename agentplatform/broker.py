@@ -6,15 +6,12 @@ read it before the producer finished writing (an empty or partial message). Writ
 temporary name and renaming makes each message appear whole or not at all.
 
 The Redis transport is kombu's, with one change for the moment Redis goes away: see
-``DetachedSafeQoS``. ``task_producer`` publishes the platform's own wake-ups to it for a
-fraction of kombu's cost.
+``DetachedSafeQoS``. (``jobs.producer`` publishes the platform's own wake-ups to it.)
 """
 
 from __future__ import annotations
 
-import base64
 import os
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +20,6 @@ from typing import Any
 
 import structlog
 from kombu.exceptions import ChannelError
-from kombu.serialization import dumps as body_dumps
 from kombu.transport import TRANSPORT_ALIASES, filesystem, redis
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
@@ -125,142 +121,3 @@ TRANSPORT_ALIASES.setdefault("fsatomic", "agentplatform.broker:AtomicFilesystemT
 # Every redis:// and rediss:// broker URL of the platform gets the transport above; the
 # URL, and what Celery logs of it, stay as the operator wrote them.
 TRANSPORT_ALIASES["redis"] = TRANSPORT_ALIASES["rediss"] = "agentplatform.broker:RedisTransport"
-
-
-# --- publishing ---------------------------------------------------------------------------
-
-
-class RedisListProducer:
-    """A producer for ``apply_async(producer=...)`` that writes the message kombu's Redis
-    transport would write (the same envelope, pushed onto the queue's list) in one
-    ``LPUSH``, without kombu's producer machinery.
-
-    Celery still builds the message (routing, headers, time limits, parent ids, its
-    signals); only the last step changes. kombu's publish path (its retry wrapper, queue
-    declaration on every call, the channel's envelope) cost about twice the command
-    itself. A message this producer does not handle the same way (an exchange other than
-    the default one, compression, a priority, an expiration) and a publish Redis refused
-    go through a pooled kombu producer, with kombu's retries.
-    """
-
-    def __init__(self, app: Any, url: str) -> None:
-        import redis as redis_client
-
-        self.app = app
-        # Celery wraps the publish in this connection's error translation; it is never
-        # connected.
-        self.connection = app.connection_for_write(url)
-        self.client = redis_client.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
-
-    def publish(
-        self,
-        body: Any,
-        *,
-        exchange: str = "",
-        routing_key: str = "",
-        serializer: str = "json",
-        compression: str | None = None,
-        headers: dict[str, Any] | None = None,
-        delivery_mode: int = 2,
-        priority: int | None = None,
-        expiration: float | None = None,
-        **options: Any,
-    ) -> None:
-        if exchange or compression or priority or expiration is not None or not routing_key:
-            self._kombu_publish(
-                body,
-                exchange=exchange,
-                routing_key=routing_key,
-                serializer=serializer,
-                compression=compression,
-                headers=headers,
-                delivery_mode=delivery_mode,
-                priority=priority,
-                expiration=expiration,
-                **options,
-            )
-            return
-        try:
-            message = redis_message(
-                body,
-                routing_key=routing_key,
-                serializer=serializer,
-                headers=headers,
-                delivery_mode=delivery_mode,
-                options=options,
-            )
-            self.client.lpush(routing_key, message)
-        except Exception:
-            log = structlog.get_logger("agentplatform.broker")
-            log.warning("broker.publish_retried_by_kombu", queue=routing_key, exc_info=True)
-            self._kombu_publish(
-                body,
-                exchange=exchange,
-                routing_key=routing_key,
-                serializer=serializer,
-                headers=headers,
-                delivery_mode=delivery_mode,
-                **options,
-            )
-
-    def _kombu_publish(self, body: Any, **kwargs: Any) -> None:
-        with self.app.producer_or_acquire() as producer:
-            producer.publish(body, **kwargs)
-
-
-# Options of Producer.publish that are not message properties.
-_PUBLISH_OPTIONS = ("retry", "retry_policy", "declare", "timeout", "confirm_timeout")
-
-
-def redis_message(
-    body: Any,
-    *,
-    routing_key: str,
-    serializer: str,
-    headers: dict[str, Any] | None,
-    delivery_mode: int,
-    options: dict[str, Any],
-) -> str:
-    """The list entry kombu's Redis transport writes for a message on the default exchange
-    (``Producer.publish``, then the virtual channel's ``prepare_message`` and
-    ``basic_publish``)."""
-    content_type, content_encoding, serialized = body_dumps(body, serializer=serializer)
-    data = serialized.encode(content_encoding) if isinstance(serialized, str) else serialized
-    properties = {k: v for k, v in options.items() if k not in _PUBLISH_OPTIONS}
-    properties["delivery_mode"] = delivery_mode
-    properties["delivery_info"] = {"exchange": "", "routing_key": routing_key}
-    properties["priority"] = 0
-    properties["body_encoding"] = "base64"
-    properties["delivery_tag"] = str(uuid.uuid4())
-    return dumps(
-        {
-            "body": base64.b64encode(data).decode("ascii"),
-            "content-encoding": content_encoding,
-            "content-type": content_type,
-            "headers": headers or {},
-            "properties": properties,
-        }
-    )
-
-
-_producers: dict[tuple[int, str], RedisListProducer] = {}
-_producers_lock = threading.Lock()
-
-
-def task_producer(app: Any) -> Any:
-    """The producer to pass ``apply_async`` for the broker this app publishes to (a
-    ``RedisListProducer``, which Celery uses as it would kombu's); None (Celery's own
-    producer pool) unless that broker is Redis."""
-    url = app.conf.broker_write_url or app.conf.broker_url
-    if not url.startswith(("redis://", "rediss://")):
-        return None
-    if (app.conf.broker_transport_options or {}).get("global_keyprefix"):
-        return None  # kombu prefixes every key; its own producer writes those
-    key = (id(app), url)
-    producer = _producers.get(key)
-    if producer is None:
-        with _producers_lock:
-            producer = _producers.get(key) or _producers.setdefault(
-                key, RedisListProducer(app, url)
-            )
-    return producer

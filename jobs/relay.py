@@ -40,12 +40,12 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from agentplatform.broker import task_producer
-from jobs import metrics
+from jobs import metrics, redis_round
 from jobs.backoff import backoff_delay
 from jobs.db_rows import instance_from_row
 from jobs.logs import log
 from jobs.models import EventSubscription, OutboxEvent
+from jobs.producer import task_producer
 
 # Rows per batch: each batch costs about ten round trips (claim, read, XADD pipeline,
 # work items, mark, commit, wake-ups) whatever its size, so large batches amortise them.
@@ -106,21 +106,37 @@ def relay_wake(*, countdown: float | None = None, publish: tuple[str, str] | Non
     same round trip (a step's announcement to the run's live views); lost, as it would
     be alone, when that Redis is unreachable.
     """
+    if countdown is None:
+        client = _coalescing_client()
+        if client is not None:
+            commands = [
+                redis_round.command("set", RELAY_PENDING_KEY, 1, px=RELAY_SCHEDULED_TTL_MS),
+                redis_round.command(
+                    "set", RELAY_SCHEDULED_KEY, 1, nx=True, px=RELAY_SCHEDULED_TTL_MS
+                ),
+            ]
+            if publish is not None:
+                commands.append(redis_round.command("publish", *publish))
+            # With the other wake-ups of the same commit, in one round trip (redis_round).
+            redis_round.send(client, commands, _relay_wake_coalesced)
+            return
+    _relay_send(countdown)
+
+
+def _relay_wake_coalesced(outcome: list[Any] | Exception) -> None:
+    """Send the relay task unless one is already scheduled (the NX set failed)."""
+    results = [outcome] if isinstance(outcome, Exception) else outcome[:2]
+    error = next((result for result in results if isinstance(result, Exception)), None)
+    if error is not None:  # no coalescing without Redis: send the task anyway
+        log.warning("relay.coalesce_failed", error=repr(error))
+    elif not results[1]:
+        return
+    _relay_send(None)
+
+
+def _relay_send(countdown: float | None) -> None:
     from jobs.tasks import outbox_relay
 
-    if countdown is None:
-        try:
-            client = _coalescing_client()
-            if client is not None:
-                pipe = client.pipeline(transaction=False)
-                pipe.set(RELAY_PENDING_KEY, 1, px=RELAY_SCHEDULED_TTL_MS)
-                pipe.set(RELAY_SCHEDULED_KEY, 1, nx=True, px=RELAY_SCHEDULED_TTL_MS)
-                if publish is not None:
-                    pipe.publish(*publish)
-                if not pipe.execute()[1]:
-                    return
-        except Exception:  # no coalescing without Redis: send the task anyway
-            log.warning("relay.coalesce_failed", exc_info=True)
     try:
         # celery-stubs type countdown as float, but celery's own default is None.
         outbox_relay.apply_async(

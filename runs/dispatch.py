@@ -38,7 +38,7 @@ def served_here(*, status: str, source: str) -> bool:
 
 def run_wake(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:
     """Send the message that makes a worker take step ``step_no`` of the run."""
-    from agentplatform.broker import task_producer
+    from jobs.producer import task_producer
     from runs.tasks import run_step
 
     args = (str(run_id), step_no)

@@ -37,6 +37,7 @@ from django.db.models.expressions import CombinedExpression
 from django.utils import timezone
 
 from agentplatform import observability
+from jobs import redis_round
 from jobs.db_rows import cursor_prepared, execute_together, instance_from_row, update_sql
 from runs import dispatch
 from runs.logs import log
@@ -730,7 +731,8 @@ def _commit_in_transaction(
     # one statement instead of two, under the row lock it takes anyway.
     reserved = len(events)
     fields["last_sequence_no"] = F("last_sequence_no") + reserved
-    with transaction.atomic():
+    # The commit's wake-ups in one round trip (redis_round), sent once the block ends.
+    with redis_round.together(), transaction.atomic():
         last = _fenced_update(lease, source, fields)
         if last is None:
             raise LeaseLost(f"lease on run {run.id} lost before commit")
@@ -858,11 +860,13 @@ def _commit_at_once(
     status = target or source
     run.status = status
     run.last_sequence_no = expected + len(events)
-    if not keep and status in STEPPABLE and not outcome.wait:
-        # Outside a transaction "on commit" is now; a refused send is logged, as there.
-        dispatch.run_wake_on_commit(run_id=run.id, step_no=lease.step_no + 1, status=status)
-    if events:
-        events_recorded(task=ctx.task, run=run, events=events)
+    # The wake-ups (the next step's, the relay's, the live views') in one round trip.
+    with redis_round.together():
+        if not keep and status in STEPPABLE and not outcome.wait:
+            # Outside a transaction "on commit" is now; a refused send is logged, as there.
+            dispatch.run_wake_on_commit(run_id=run.id, step_no=lease.step_no + 1, status=status)
+        if events:
+            events_recorded(task=ctx.task, run=run, events=events)
     if after is not None:
         _after_terminal(run.id, after)
     for action in ctx._after_commit:

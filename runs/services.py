@@ -22,6 +22,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Exists, F, Max, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from jobs import redis_round
 from jobs.db_rows import (
     cursor_prepared,
     execute_committing,
@@ -400,7 +401,8 @@ def _task_create(
     source_ref: dict[str, Any] | None,
 ) -> Submission:
     """task_submit's transaction, under the exclusive admission lock or one lane."""
-    with transaction.atomic():
+    # The commit's wake-ups (the run's worker, the relay, live views) in one round trip.
+    with redis_round.together(), transaction.atomic():
         ws = _lock_workspace(workspace.pk) if exclusive else workspace
         refusal = admission_check(workspace=ws, repository=repository, lane=not exclusive)
         if refusal is not None and not exclusive:

@@ -16,8 +16,8 @@ import pytest
 import redis
 from kombu import Connection
 
-from agentplatform.broker import task_producer
 from agentplatform.celery import app
+from jobs.producer import task_producer
 from jobs.tasks import outbox_relay
 from runs.tasks import run_step
 
