@@ -37,6 +37,9 @@ def _without_ids(message: dict[str, Any]) -> dict[str, Any]:
     for part in (message["headers"], message["properties"]):
         for key in _IDS:
             part.pop(key, None)
+    parent = message["headers"].get("traceparent")
+    if parent:  # a trace active in the process: each message is a span of its own
+        message["headers"]["traceparent"] = parent.split("-")[1]  # the trace id
     return message
 
 
