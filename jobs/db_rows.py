@@ -54,6 +54,9 @@ def execute_together(parts: Sequence[tuple[str, Sequence[Any]]]) -> tuple[Any, .
     them again. Otherwise they go as one query string, which PostgreSQL also runs as one
     transaction. Either way an error in any of them rolls back all of them (or fails the
     transaction around them) and arrives as Django's.
+
+    When the batch is the first thing an ``atomic()`` block sends, its BEGIN goes in the
+    same pipeline (see ``_begins_here``).
     """
     connection = _connection()
     if not _preparing():
@@ -63,6 +66,7 @@ def execute_together(parts: Sequence[tuple[str, Sequence[Any]]]) -> tuple[Any, .
                 cursor.nextset()
             return cursor.fetchone() if _returns_rows(cursor.cursor) else None
     raw = _preparing_connection()
+    begin = _begins_here(connection, raw)
     with (
         connection.wrap_database_errors,
         connection.make_cursor(_preparing_cursor_class()(raw)) as cursor,
@@ -71,9 +75,39 @@ def execute_together(parts: Sequence[tuple[str, Sequence[Any]]]) -> tuple[Any, .
         # the batch are raised there. (An explicit sync() before leaving would cost a
         # second round trip: the exit sends a Sync of its own.)
         with raw.pipeline():
+            if begin:
+                cursor.cursor.execute("BEGIN", prepare=False)
             for text, params in parts:
                 cursor.execute(text, params)
         return cursor.fetchone() if _returns_rows(cursor.cursor) else None
+
+
+def _begins_here(connection: Any, raw: Any) -> bool:
+    """Whether the batch should open the ``atomic()`` block's transaction itself, and the
+    connection is set for it.
+
+    psycopg opens a transaction with a BEGIN of its own, waited for alone (a round trip,
+    even in a pipeline), before the block's first statement. When that statement is this
+    batch, the BEGIN goes in front of it instead: psycopg is put in autocommit (allowed
+    while no transaction is open; it then sends no BEGIN) and the batch's own BEGIN opens
+    the block's transaction on the server. Everything else is unchanged: psycopg commits
+    or rolls back by the server's transaction status, whatever its autocommit, and
+    Django turns autocommit back on when the block ends. Not for a connection with its
+    own isolation level or access mode, whose BEGIN says more.
+    """
+    from psycopg.pq import TransactionStatus
+
+    if not (
+        connection.in_atomic_block
+        and not raw.autocommit
+        and raw.pgconn.transaction_status == TransactionStatus.IDLE
+        and raw.isolation_level is None
+        and raw.read_only is None
+        and raw.deferrable is None
+    ):
+        return False
+    raw.autocommit = True
+    return True
 
 
 def execute_committing(text: str, params: Any) -> None:

@@ -153,3 +153,67 @@ def test_without_prepared_statements_the_block_commits_as_usual(settings, probe)
         execute_committing("INSERT INTO commit_probe (id) VALUES (%s)", [1])
         assert connection.connection.pgconn.transaction_status != 0  # still open (not IDLE)
     assert _probe_ids() == [1]
+
+
+# --- a batch that opens its block's transaction --------------------------------------------
+
+
+def _probe_insert(ident: int) -> tuple[str, list[int]]:
+    return "INSERT INTO commit_probe (id) VALUES (%s) RETURNING id", [ident]
+
+
+def test_a_batch_first_in_its_block_sends_the_begin_with_it(settings, probe) -> None:
+    settings.DATABASE_PREPARED_STATEMENTS = True
+
+    def block() -> None:
+        with transaction.atomic():
+            assert execute_together([_probe_insert(1), ("SELECT %s", [2])]) == (2,)
+            with connection.cursor() as cursor:  # a later statement: the same transaction
+                cursor.execute("INSERT INTO commit_probe (id) VALUES (3)")
+
+    _, messages = _traced(block)
+    # BEGIN with the batch; the cursor's statement; the COMMIT. (psycopg's own BEGIN
+    # would have been one more answer, waited for alone.)
+    assert messages.count(("B", "ReadyForQuery")) == 3, messages
+    assert _probe_ids() == [1, 3]
+    assert connection.get_autocommit()
+    assert connection.connection.autocommit  # as Django leaves it after a block
+
+
+def test_a_block_opened_by_a_batch_rolls_back_as_a_whole(settings, probe) -> None:
+    settings.DATABASE_PREPARED_STATEMENTS = True
+    with pytest.raises(RuntimeError), transaction.atomic():
+        execute_together([_probe_insert(1)])
+        with connection.cursor() as cursor:
+            cursor.execute("INSERT INTO commit_probe (id) VALUES (2)")
+        raise RuntimeError("the block fails after the batch")
+    assert _probe_ids() == []
+
+    # A savepoint inside it rolls back alone; an error in the batch fails the block.
+    with transaction.atomic():
+        execute_together([_probe_insert(1)])
+        with pytest.raises(IntegrityError), transaction.atomic():
+            execute_together([_probe_insert(1)])
+        execute_together([_probe_insert(2)])
+    assert _probe_ids() == [1, 2]
+    with pytest.raises(IntegrityError), transaction.atomic():
+        execute_together([_probe_insert(3), _probe_insert(1)])
+    assert _probe_ids() == [1, 2]
+    assert connection.get_autocommit() and connection.connection.autocommit
+    with connection.cursor() as cursor:  # and the connection goes on as usual
+        cursor.execute("SELECT 1")
+
+
+def test_a_batch_after_the_blocks_first_statement_sends_no_begin(settings, probe) -> None:
+    settings.DATABASE_PREPARED_STATEMENTS = True
+
+    def block() -> None:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            execute_together([_probe_insert(1)])
+
+    _, messages = _traced(block)
+    sent = [name for side, name in messages if side == "F"]
+    assert sent.count("Query") == 3  # psycopg's BEGIN, the SELECT and the COMMIT: one BEGIN
+    assert _probe_ids() == [1]
