@@ -57,19 +57,20 @@ class RedisListProducer:
         expiration: float | None = None,
         **options: Any,
     ) -> None:
+        # What kombu's producer is given, for a message this producer leaves to it.
+        kombu_options = {
+            "exchange": exchange,
+            "routing_key": routing_key,
+            "serializer": serializer,
+            "compression": compression,
+            "headers": headers,
+            "delivery_mode": delivery_mode,
+            "priority": priority,
+            "expiration": expiration,
+            **options,
+        }
         if exchange or compression or priority or expiration is not None or not routing_key:
-            self._kombu_publish(
-                body,
-                exchange=exchange,
-                routing_key=routing_key,
-                serializer=serializer,
-                compression=compression,
-                headers=headers,
-                delivery_mode=delivery_mode,
-                priority=priority,
-                expiration=expiration,
-                **options,
-            )
+            self._kombu_publish(body, kombu_options)
             return
         message = redis_message(
             body,
@@ -81,25 +82,17 @@ class RedisListProducer:
         )
 
         def done(outcome: list[Any] | Exception) -> None:
-            error = outcome if isinstance(outcome, Exception) else outcome[0]
-            if isinstance(error, Exception):
+            error = redis_round.error_of(outcome, 1)
+            if error is not None:
                 log.warning("broker.publish_retried_by_kombu", queue=routing_key, error=repr(error))
-                self._kombu_publish(
-                    body,
-                    exchange=exchange,
-                    routing_key=routing_key,
-                    serializer=serializer,
-                    headers=headers,
-                    delivery_mode=delivery_mode,
-                    **options,
-                )
+                self._kombu_publish(body, kombu_options)
 
         # With the other wake-ups of the same commit, in one round trip (redis_round).
         redis_round.send(self.client, [redis_round.command("lpush", routing_key, message)], done)
 
-    def _kombu_publish(self, body: Any, **kwargs: Any) -> None:
+    def _kombu_publish(self, body: Any, options: dict[str, Any]) -> None:
         with self.app.producer_or_acquire() as producer:
-            producer.publish(body, **kwargs)
+            producer.publish(body, **options)
 
 
 # Options of Producer.publish that are not message properties.

@@ -35,6 +35,14 @@ def command(name: str, *args: Any, **kwargs: Any) -> Command:
     return name, args, kwargs
 
 
+def error_of(outcome: list[Any] | Exception, commands: int) -> Exception | None:
+    """The error a ``done`` was given for its first ``commands`` commands, if any: the
+    server's, or the first command's that failed."""
+    if isinstance(outcome, Exception):
+        return outcome
+    return next((result for result in outcome[:commands] if isinstance(result, Exception)), None)
+
+
 def send(client: Any, commands: Sequence[Command], done: Done | None = None) -> None:
     """Send ``commands`` to ``client``'s server, in one pipeline with those of every other
     ``send`` of the current ``together()`` block to the same server, or at once outside

@@ -125,11 +125,10 @@ def relay_wake(*, countdown: float | None = None, publish: tuple[str, str] | Non
 
 def _relay_wake_coalesced(outcome: list[Any] | Exception) -> None:
     """Send the relay task unless one is already scheduled (the NX set failed)."""
-    results = [outcome] if isinstance(outcome, Exception) else outcome[:2]
-    error = next((result for result in results if isinstance(result, Exception)), None)
+    error = redis_round.error_of(outcome, 2)
     if error is not None:  # no coalescing without Redis: send the task anyway
         log.warning("relay.coalesce_failed", error=repr(error))
-    elif not results[1]:
+    elif isinstance(outcome, list) and not outcome[1]:  # a relay is already scheduled
         return
     _relay_send(None)
 

@@ -82,6 +82,24 @@ def repository(workspace: Any, sample_repo: Path) -> Any:
 
 
 @pytest.fixture
+def submitter(db: Any) -> tuple[Any, Any]:
+    """An API client authenticated as a member of a workspace, and a repository of it
+    (both allowing 100 active runs)."""
+    from rest_framework.test import APIClient
+
+    from runs.models import Membership
+    from tests.factories import RepositoryFactory, UserFactory, WorkspaceFactory
+
+    workspace = WorkspaceFactory(max_active_runs=100)
+    repository = RepositoryFactory(workspace=workspace, max_active_runs=100)
+    user = UserFactory()
+    Membership.objects.create(workspace=workspace, user=user, role="member")
+    api = APIClient()
+    api.force_authenticate(user)
+    return api, repository
+
+
+@pytest.fixture
 def run(repository: Any) -> Any:
     """A queued run (run 1) of a task on ``repository``, no message sent."""
     from runs.models import Run

@@ -10,11 +10,8 @@ import pytest
 import redis
 from django.conf import settings
 from redis.connection import AbstractConnection
-from rest_framework.test import APIClient
 
 from jobs import redis_round
-from runs.models import Membership
-from tests.factories import RepositoryFactory, UserFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.services
 
@@ -92,14 +89,9 @@ def test_an_unreachable_server_fails_every_send_of_it(own_redis) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_submissions_wake_ups_are_one_round_trip(writes) -> None:
+def test_a_submissions_wake_ups_are_one_round_trip(submitter, writes) -> None:
     assert settings.CELERY_BROKER_URL == settings.REDIS_URL  # the test setup: one server
-    workspace = WorkspaceFactory(max_active_runs=100)
-    repository = RepositoryFactory(workspace=workspace, max_active_runs=100)
-    user = UserFactory()
-    Membership.objects.create(workspace=workspace, user=user, role="member")
-    api = APIClient()
-    api.force_authenticate(user)
+    api, repository = submitter
 
     def submit() -> None:
         response = api.post(

@@ -14,23 +14,11 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from runs.models import Membership, Run, RunEvent, Task
+from runs.models import Run, RunEvent, Task
 from runs.services import task_submit
 from runs.timeline import event_record
-from tests.factories import RepositoryFactory, UserFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def submitter():
-    workspace = WorkspaceFactory(max_active_runs=100)
-    repository = RepositoryFactory(workspace=workspace, max_active_runs=100)
-    user = UserFactory()
-    Membership.objects.create(workspace=workspace, user=user, role="member")
-    api = APIClient()
-    api.force_authenticate(user)
-    return api, repository
 
 
 def _submit(api: APIClient, repository, key: str | None = None, instruction: str = "Fix it"):
