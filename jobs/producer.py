@@ -8,6 +8,7 @@ so that a commit's wake-ups share a round trip.
 from __future__ import annotations
 
 import base64
+import os
 import threading
 import uuid
 from typing import Any
@@ -132,12 +133,44 @@ def redis_message(
 
 _producers: dict[tuple[int, str], RedisListProducer] = {}
 _producers_lock = threading.Lock()
+# Per app: what its broker settings were read from (see _settings_read) and the producer
+# they gave (None: Celery's own).
+_chosen: dict[int, tuple[tuple[Any, ...], RedisListProducer | None]] = {}
 
 
 def task_producer(app: Any) -> Any:
     """The producer to pass ``apply_async`` for the broker this app publishes to (a
     ``RedisListProducer``, which Celery uses as it would kombu's); None (Celery's own
-    producer pool) unless that broker is Redis."""
+    producer pool) unless that broker is Redis.
+
+    Every wake-up asks: reading the broker's URL through Celery's settings cost a sixth
+    of the wake-up, so the answer is kept until what it was read from changes."""
+    source = _settings_read(app)
+    chosen = _chosen.get(id(app))
+    if chosen is not None and chosen[0] == source:
+        return chosen[1]
+    producer = _producer_for(app)
+    _chosen[id(app)] = (source, producer)
+    return producer
+
+
+def _settings_read(app: Any) -> tuple[Any, ...]:
+    """What the app's broker settings come from and can change at run time: its
+    configuration object, the values set on it since it was loaded (``conf.changes``) and
+    the environment variables Celery prefers to both."""
+    conf = app.conf
+    changes = conf.changes
+    return (
+        id(conf),
+        changes.get("broker_write_url"),
+        changes.get("broker_url"),
+        id(changes.get("broker_transport_options")),
+        os.environ.get("CELERY_BROKER_WRITE_URL"),
+        os.environ.get("CELERY_BROKER_URL"),
+    )
+
+
+def _producer_for(app: Any) -> RedisListProducer | None:
     url = app.conf.broker_write_url or app.conf.broker_url
     if not url.startswith(("redis://", "rediss://")):
         return None

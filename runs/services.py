@@ -347,27 +347,34 @@ def task_submit(
             "model_options": model_options or {},
         }
     )
+    fields = {
+        "instruction": instruction,
+        "source": source,
+        "requested_by": requested_by,
+        "idempotency_key": idempotency_key,
+        "execution_mode": execution_mode,
+        "risk_level": risk_level,
+        "task_type": task_type,
+        "target_branch": target_branch,
+        "priority": priority,
+        "budget": budget,
+        "model_options": model_options,
+        "source_ref": source_ref,
+    }
+    # Each way of admitting that cannot decide hands over to the next, stricter one: at
+    # once (one round trip), in a lane, then alone under the exclusive lock.
+    attempts: list[Any] = []
+    if _at_once():
+        attempts.append(_task_create_at_once)
+    if _lanes():
+        attempts.append(functools.partial(_task_create, exclusive=False))
+    attempts.append(functools.partial(_task_create, exclusive=True))
     # A repeated Idempotency-Key is found by its unique constraint: the insert below
     # fails and the original is returned, so a new key costs no lookup beforehand.
-    for exclusive in (False, True) if _lanes() else (True,):
+    for attempt in attempts:
         try:
-            return _task_create(
-                workspace=workspace,
-                repository=repository,
-                exclusive=exclusive,
-                fingerprint=fingerprint,
-                instruction=instruction,
-                source=source,
-                requested_by=requested_by,
-                idempotency_key=idempotency_key,
-                execution_mode=execution_mode,
-                risk_level=risk_level,
-                task_type=task_type,
-                target_branch=target_branch,
-                priority=priority,
-                budget=budget,
-                model_options=model_options,
-                source_ref=source_ref,
+            return attempt(
+                workspace=workspace, repository=repository, fingerprint=fingerprint, **fields
             )
         except _NearLimit:
             continue
@@ -381,24 +388,43 @@ def task_submit(
     raise AssertionError("the exclusive admission path never raises _NearLimit")
 
 
+def _at_once() -> bool:
+    """Whether a submission may be admitted and written in one round trip: on PostgreSQL
+    with admission lanes, outside any transaction of the caller's (whose savepoint an
+    idempotency conflict would need)."""
+    return bool(_lanes()) and not connection.in_atomic_block and connection.get_autocommit()
+
+
+def _task_create_at_once(
+    *, workspace: Workspace, repository: Repository, fingerprint: str, **fields: Any
+) -> Submission:
+    """task_submit in one round trip, one transaction of its own: an admission lane, then
+    one statement that counts the active runs and, when they leave room for the lanes'
+    margin, writes the task (running), its run and their events; committed when the
+    round trip ends. It writes nothing and raises ``_NearLimit`` otherwise: the lane's
+    path then decides between a run, a deferral and the exclusive check.
+
+    The count is the second statement's, so its snapshot is taken once the lane is held,
+    as the lane path's count is.
+    """
+    task, run, events = _submission_new(
+        ws=workspace, repository=repository, refusal=None, fingerprint=fingerprint, **fields
+    )
+    assert run is not None  # an admitted submission has its run
+    # The wake-ups (the run's worker, the relay, live views) in one round trip.
+    with redis_round.together():
+        if not _submission_insert(task=task, run=run, events=events, admitting=True):
+            raise _NearLimit()
+    return Submission(task=task, run=run, created=True)
+
+
 def _task_create(
     *,
     workspace: Workspace,
     repository: Repository,
     exclusive: bool,
     fingerprint: str,
-    instruction: str,
-    source: str,
-    requested_by: str,
-    idempotency_key: str | None,
-    execution_mode: str,
-    risk_level: str,
-    task_type: str,
-    target_branch: str,
-    priority: int,
-    budget: dict[str, Any] | None,
-    model_options: dict[str, Any] | None,
-    source_ref: dict[str, Any] | None,
+    **fields: Any,
 ) -> Submission:
     """task_submit's transaction, under the exclusive admission lock or one lane."""
     # The commit's wake-ups (the run's worker, the relay, live views) in one round trip.
@@ -413,75 +439,111 @@ def _task_create(
             refusal = admission_check(workspace=ws, repository=repository)
             if refusal is None:
                 raise _NearLimit()
-        # Inserted with the status admission decided: no second write to the task.
-        task = Task(
-            status=Task.Status.DEFERRED if refusal is not None else Task.Status.RUNNING,
-            status_reason=refusal or "",
-            workspace=ws,
-            repository=repository,
-            instruction=instruction,
-            source=source,
-            requested_by=requested_by,
-            idempotency_key=idempotency_key or None,
-            request_fingerprint=fingerprint,
-            execution_mode=execution_mode,
-            risk_level=risk_level,
-            task_type=task_type,
-            target_branch=target_branch,
-            priority=priority,
-            budget=budget or {},
-            model_options=model_options or {},
-            source_ref=source_ref or {},
+        task, run, events = _submission_new(
+            ws=ws, repository=repository, refusal=refusal, fingerprint=fingerprint, **fields
         )
-        submitted = {
-            "repository": repository.name,
-            "source": source,
-            "execution_mode": execution_mode,
-            "requested_by": requested_by,
-        }
-        if refusal is not None:
-            _submission_insert(
-                task=task,
-                run=None,
-                events=[
-                    PendingEvent("agent.task.submitted", submitted, requested_by),
-                    PendingEvent("agent.task.deferred", {"reason": refusal}, requested_by),
-                ],
-            )
-            return Submission(task=task, run=None, created=True)
-        run_no = 1
-        first = [
-            PendingEvent("agent.task.submitted", submitted, requested_by),
-            PendingEvent("agent.task.accepted", {"run_no": run_no}, requested_by),
-            PendingEvent("agent.task.queued", {"run_no": run_no}, requested_by),
-            PendingEvent("agent.run.queued", {"run_no": run_no, "followup": False}, requested_by),
-        ]
-        # Nobody else can append to a run inserted in this transaction: its first
-        # sequence numbers are reserved by the INSERT itself instead of an UPDATE.
-        run = Run(
-            task=task,
-            workspace_id=ws.pk,
-            repository_id=task.repository_id,
-            run_no=run_no,
-            last_sequence_no=len(first),
-        )
-        # Registered first, so the run's wake-up is the first thing sent on commit (before
-        # the relay's wake-up, the live views' announcement and the metrics).
-        dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
-        _submission_insert(task=task, run=run, events=first)
+        _submission_insert(task=task, run=run, events=events)
         return Submission(task=task, run=run, created=True)
 
 
-def _submission_insert(*, task: Task, run: Run | None, events: list[PendingEvent]) -> None:
+def _submission_new(
+    *,
+    ws: Workspace,
+    repository: Repository,
+    refusal: str | None,
+    fingerprint: str,
+    instruction: str,
+    source: str,
+    requested_by: str,
+    idempotency_key: str | None,
+    execution_mode: str,
+    risk_level: str,
+    task_type: str,
+    target_branch: str,
+    priority: int,
+    budget: dict[str, Any] | None,
+    model_options: dict[str, Any] | None,
+    source_ref: dict[str, Any] | None,
+) -> tuple[Task, Run | None, list[PendingEvent]]:
+    """The new task, with the status admission decided (no second write to it), its first
+    run unless deferred, and the events of both; nothing written yet."""
+    task = Task(
+        status=Task.Status.DEFERRED if refusal is not None else Task.Status.RUNNING,
+        status_reason=refusal or "",
+        workspace=ws,
+        repository=repository,
+        instruction=instruction,
+        source=source,
+        requested_by=requested_by,
+        idempotency_key=idempotency_key or None,
+        request_fingerprint=fingerprint,
+        execution_mode=execution_mode,
+        risk_level=risk_level,
+        task_type=task_type,
+        target_branch=target_branch,
+        priority=priority,
+        budget=budget or {},
+        model_options=model_options or {},
+        source_ref=source_ref or {},
+    )
+    submitted = {
+        "repository": repository.name,
+        "source": source,
+        "execution_mode": execution_mode,
+        "requested_by": requested_by,
+    }
+    if refusal is not None:
+        return (
+            task,
+            None,
+            [
+                PendingEvent("agent.task.submitted", submitted, requested_by),
+                PendingEvent("agent.task.deferred", {"reason": refusal}, requested_by),
+            ],
+        )
+    run_no = 1
+    first = [
+        PendingEvent("agent.task.submitted", submitted, requested_by),
+        PendingEvent("agent.task.accepted", {"run_no": run_no}, requested_by),
+        PendingEvent("agent.task.queued", {"run_no": run_no}, requested_by),
+        PendingEvent("agent.run.queued", {"run_no": run_no, "followup": False}, requested_by),
+    ]
+    # Nobody else can append to a run inserted in this transaction: its first sequence
+    # numbers are reserved by the INSERT itself instead of an UPDATE.
+    run = Run(
+        task=task,
+        workspace_id=ws.pk,
+        repository_id=task.repository_id,
+        run_no=run_no,
+        last_sequence_no=len(first),
+    )
+    return task, run, first
+
+
+def _submission_insert(
+    *, task: Task, run: Run | None, events: list[PendingEvent], admitting: bool = False
+) -> bool:
     """Insert a new task, its first run (if admitted) and the events of both, in the
-    current transaction; on PostgreSQL as one statement (one round trip).
+    current transaction; on PostgreSQL as one statement (one round trip). Whether it
+    wrote them (always, unless ``admitting``).
 
     The statement takes each row as JSON (``db_rows.row_json``: every column of the
     model, its defaults applied) and PostgreSQL makes the typed row from it, so the rows
     are those ``save()`` and ``events_record`` would write. A reused idempotency key
     fails the statement with the same IntegrityError as the task's own INSERT.
+
+    ``admitting`` (PostgreSQL, outside a transaction; see ``_task_create_at_once``): in
+    one round trip and one transaction, an admission lane is taken and the statement
+    writes only if the workspace's active runs, counted by it, leave room for the lanes'
+    margin.
+
+    On commit the run's wake-up goes first, then the relay's, the live views' and the
+    metrics (``events_recorded``).
     """
     if connection.vendor != "postgresql":
+        assert not admitting  # no admission lanes here
+        if run is not None:
+            dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
         task.save(force_insert=True)
         if run is not None:
             run.save(force_insert=True)
@@ -489,7 +551,7 @@ def _submission_insert(*, task: Task, run: Run | None, events: list[PendingEvent
             events_record(task=task, run=run, events=events, reserved=(last, len(events)))
         else:
             events_record(task=task, run=None, events=events)
-        return
+        return True
     now = timezone.now()
     sequences = list(range(1, len(events) + 1)) if run is not None else []
     prepared = events_prepare(task=task, run=run, events=events, sequences=sequences)
@@ -521,20 +583,52 @@ def _submission_insert(*, task: Task, run: Run | None, events: list[PendingEvent
         }
         for event in prepared
     ]
-    params = {
-        "task": _json_dumps(row_json(task, now)),
-        "runs": _json_dumps([row_json(run, now)] if run is not None else []),
-        "timeline": _json_dumps(timeline),
-        "outbox": _json_dumps(outbox),
-    }
-    # The transaction's last statement: committed in the same round trip when the
-    # submission's own transaction is the one that commits.
-    execute_committing(_submission_insert_sql(), params)
+    rows = [
+        _json_dumps(row_json(task, now)),
+        _json_dumps([row_json(run, now)] if run is not None else []),
+        _json_dumps(timeline),
+        _json_dumps(outbox),
+    ]
+    if admitting:
+        if not _submission_insert_admitting(task=task, rows=rows):
+            return False
+    else:
+        # The transaction's last statement: committed in the same round trip when the
+        # submission's own transaction is the one that commits.
+        execute_committing(_submission_insert_sql(), dict(zip(_SUBMISSION_ROWS, rows, strict=True)))
     for row in (task, run):
         if row is not None:
             row._state.adding = False
             row._state.db = connection.alias
+    if run is not None:
+        dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
     events_recorded(task=task, run=run, events=events)
+    return True
+
+
+def _submission_insert_admitting(*, task: Task, rows: list[str]) -> bool:
+    """The lane and the admitting statement (``_submission_insert_sql(admitting=...)``)
+    in one round trip; whether it wrote the rows."""
+    workspace, repository = task.workspace, task.repository
+    margin = _lanes()
+    budget = workspace.daily_cost_budget_usd
+    # As admission_check reads them: the repository's count only under a lower limit,
+    # the spend only with a budget, and the scan stopped at the workspace's limit.
+    repository_decides = repository.max_active_runs < workspace.max_active_runs
+    params: list[Any] = [repository.pk] if repository_decides else []
+    if budget > 0:
+        params += [workspace.pk, timezone.now().astimezone(UTC).date()]
+    params += [workspace.pk, workspace.max_active_runs]
+    params += [
+        workspace.max_active_runs - margin,
+        repository.max_active_runs - margin,
+        budget if budget > 0 else None,
+        *rows,
+    ]
+    sql = _submission_insert_sql(admitting=(budget > 0, repository_decides))
+    row = execute_together([_lane_take_sql(workspace.pk), (sql, params)])
+    assert row is not None  # one row: the admission's answer
+    return bool(row[0])
 
 
 def _json_dumps(value: Any) -> str:
@@ -558,33 +652,61 @@ SUBMISSION_OUTBOX_COLUMNS = (
 )
 
 
+# The statement's JSON parameters, in its order.
+_SUBMISSION_ROWS = ("task", "runs", "timeline", "outbox")
+
+
 @functools.cache
-def _submission_insert_sql() -> str:
+def _submission_insert_sql(admitting: tuple[bool, bool] | None = None) -> str:
+    """The submission's INSERT of every row (named parameters, ``_SUBMISSION_ROWS``), or
+    with ``admitting`` (spend, per repository) the admitting statement (positional
+    parameters): the admission counts of ``_admission_counts_sql`` and their limits
+    first (the workspace's and the repository's room left after the lanes' margin, the
+    budget or NULL), then the rows, each INSERT writing only if the counts fit. Its one
+    row: admitted, the workspace's and the repository's active runs, the spend."""
     from jobs.models import OutboxEvent
     from runs.models import RunEvent
 
     quote = connection.ops.quote_name
+    admitted = ""
+    if admitting is not None:
+        admitted = " WHERE (SELECT admitted FROM admission)"
 
     def columns(names: Any) -> str:
         return ", ".join(quote(name) for name in names)
 
     def insert(model: Any, names: Any, source: str, param: str, order: str = "") -> str:
         table = quote(model._meta.db_table)
+        placeholder = "%s" if admitting is not None else f"%({param})s"
         return (
             f"INSERT INTO {table} ({columns(names)}) SELECT {columns(names)}"  # noqa: S608
-            f" FROM {source}(NULL::{table}, %({param})s::jsonb){order}"
+            f" FROM {source}(NULL::{table}, {placeholder}::jsonb){order}"
         )
 
     task_columns = [f.column for f in Task._meta.concrete_fields]
     run_columns = [f.column for f in Run._meta.concrete_fields]
     one, many = "jsonb_populate_record", "jsonb_populate_recordset"
-    task = insert(Task, task_columns, one, "task")
-    run = insert(Run, run_columns, many, "runs")
-    timeline = insert(RunEvent, SUBMISSION_TIMELINE_COLUMNS, many, "timeline")
+    task = insert(Task, task_columns, one, "task", admitted)
+    run = insert(Run, run_columns, many, "runs", admitted)
+    timeline = insert(RunEvent, SUBMISSION_TIMELINE_COLUMNS, many, "timeline", admitted)
     # The outbox's serial ids follow the events' order, as separate INSERTs' would.
-    in_order = " WITH ORDINALITY ORDER BY ordinality"
+    in_order = f" WITH ORDINALITY{admitted} ORDER BY ordinality"
     outbox = insert(OutboxEvent, SUBMISSION_OUTBOX_COLUMNS, many, "outbox", in_order)
-    return f"WITH task AS ({task}), run AS ({run}), timeline AS ({timeline}) {outbox}"
+    if admitting is None:
+        return f"WITH task AS ({task}), run AS ({run}), timeline AS ({timeline}) {outbox}"
+    counts = _admission_counts_sql(*admitting)
+    # A budget of NULL (none) refuses nothing: the comparison is NULL, not false.
+    admission = (
+        "SELECT in_workspace < %s AND in_repository < %s"
+        " AND (COALESCE(spent::numeric, 0) < %s::numeric) IS NOT FALSE AS admitted,"
+        " in_workspace, in_repository, spent FROM counts"
+    )
+    return (
+        f"WITH counts (in_workspace, in_repository, spent) AS MATERIALIZED ({counts}),"  # noqa: S608
+        f" admission AS MATERIALIZED ({admission}),"
+        f" task AS ({task}), run AS ({run}), timeline AS ({timeline}), outbox AS ({outbox})"
+        " SELECT admitted, in_workspace, in_repository, spent FROM admission"
+    )
 
 
 def _idempotent_replay(workspace: Workspace, key: str, fingerprint: str) -> Submission | None:

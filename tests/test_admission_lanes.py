@@ -166,3 +166,25 @@ def test_with_every_lane_busy_the_count_waits_for_one(settings: Any) -> None:
             )[0]
             == 1
         )
+
+
+def test_a_submission_counts_after_the_lane_it_waited_for(settings: Any) -> None:
+    """The one-round-trip submission counts in a statement of its own after its lane's:
+    admissions committed while it waited are in its count. Counted with a snapshot from
+    before the wait, the fourth submission below would have run over the limit of 3."""
+    settings.ADMISSION_LANES = 1
+    workspace = WorkspaceFactory(max_active_runs=3)
+    repository = RepositoryFactory(workspace=workspace, max_active_runs=10)
+
+    def three_at_once() -> None:
+        _lock_workspace(workspace.pk)  # every lane, until this transaction ends
+        for n in range(3):
+            task_submit(workspace=workspace, repository=repository, instruction=f"task {n}")
+
+    with _held_open(three_at_once) as release:
+        threading.Timer(0.5, release.set).start()
+        assert not connection.in_atomic_block  # the one-round-trip path
+        fourth = task_submit(workspace=workspace, repository=repository, instruction="fourth")
+        assert release.is_set()  # it waited for the lane
+    assert fourth.status == Task.Status.DEFERRED
+    assert Run.objects.filter(task__workspace=workspace).count() == 3

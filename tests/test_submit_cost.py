@@ -1,7 +1,7 @@
-"""A submission is one lookup and one transaction: admission counted once, the task, its
-run and their events written by one statement, the task with its final status, the run's
-first sequence numbers taken by its INSERT, and a repeated Idempotency-Key found by its
-unique constraint."""
+"""A submission is one lookup and one round trip: an admission lane, then one statement
+that counts the active runs and writes the task, its run and their events, one
+transaction; the task with its final status, the run's first sequence numbers taken by
+its INSERT, and a repeated Idempotency-Key found by its unique constraint."""
 
 from __future__ import annotations
 
@@ -31,30 +31,30 @@ def _submit(api: APIClient, repository, key: str | None = None, instruction: str
     )
 
 
-def test_a_new_submission_is_one_lookup_and_one_transaction_of_inserts(submitter) -> None:
+def test_a_new_submission_is_one_lookup_and_one_batch(submitter) -> None:
     api, repository = submitter
     _submit(api, repository, key=str(uuid.uuid4()))  # warm
     with CaptureQueriesContext(connection) as queries:
         response = _submit(api, repository, key=str(uuid.uuid4()))
     assert response.status_code == 202
-    statements = [q["sql"].split()[0].upper() for q in queries.captured_queries]
-    assert statements == [
+    captured = [q["sql"] for q in queries.captured_queries]
+    assert [sql.split()[0].upper() for sql in captured] == [
         "SELECT",  # the repository, among the caller's workspaces
-        "BEGIN",
         # An admission lane, then the active runs of the workspace and of the repository
-        # (one scan): one batch.
+        # (one scan) and the task, run, timeline and outbox rows: one batch, no BEGIN,
+        # no COMMIT.
         "SELECT",
-        "WITH",  # task, run, timeline and outbox rows: one statement
-        "COMMIT",
-    ], [q["sql"][:100] for q in queries.captured_queries]
-    assert "pg_try_advisory_xact_lock" in queries.captured_queries[2]["sql"]
-    assert "SELECT COUNT(*)" in queries.captured_queries[2]["sql"]
+    ], [sql[:100] for sql in captured]
+    lane, _, write = captured[1].partition("; ")
+    assert "pg_try_advisory_xact_lock" in lane
+    assert "SELECT COUNT(*)" in write and 'INSERT INTO "runs_task"' in write
 
 
-def test_a_submissions_transaction_is_two_round_trips(submitter, settings) -> None:
-    """BEGIN with the lane and the count; the rows and the COMMIT: libpq's protocol trace
-    counts what the submission waited for (five answers before: psycopg's BEGIN, the
-    lane, the count and the COMMIT each alone)."""
+def test_a_submission_is_one_round_trip_and_one_transaction(submitter, settings) -> None:
+    """libpq's protocol trace counts what the submission waited for: one Sync, after
+    which PostgreSQL commits the lane's statement and the writing one together (two
+    before: BEGIN with the lane and the count, then the rows with the COMMIT; five
+    before that)."""
     from psycopg.pq import Trace
 
     settings.DATABASE_PREPARED_STATEMENTS = True
@@ -71,11 +71,42 @@ def test_a_submissions_transaction_is_two_round_trips(submitter, settings) -> No
         finally:
             pgconn.untrace()
         trace.seek(0)
-        messages = [line.split("\t")[2].split(" ")[0] for line in trace if line.count("\t") > 1]
+        lines = trace.readlines()
+    messages = [line.split("\t")[2].split()[0] for line in lines if line.count("\t") > 1]
     assert submission.task.status == Task.Status.RUNNING
-    assert messages.count("ReadyForQuery") == 2, messages
-    assert "Query" not in messages  # no COMMIT of its own after the batch
+    assert messages.count("ReadyForQuery") == 1, messages
+    assert messages.count("Sync") == 1, messages
+    assert "Query" not in messages  # no BEGIN or COMMIT of its own
+    assert not any("BEGIN" in line or "COMMIT" in line for line in lines)
     assert Task.objects.filter(pk=submission.task.pk, status="running").exists()
+    assert Run.objects.filter(task=submission.task, status="queued").exists()
+
+
+def test_in_a_callers_transaction_a_repeated_key_rolls_back_only_its_own_attempt(
+    submitter,
+) -> None:
+    """Inside a transaction of the caller's (a webhook's command, an admin action) the
+    submission is a savepoint of it: the repeated key's failed INSERT leaves the caller's
+    transaction usable."""
+    _, repository = submitter
+    with transaction.atomic():
+        first = task_submit(
+            workspace=repository.workspace,
+            repository=repository,
+            instruction="Fix it",
+            idempotency_key="k",
+        )
+        again = task_submit(
+            workspace=repository.workspace,
+            repository=repository,
+            instruction="Fix it",
+            idempotency_key="k",
+        )
+        other = task_submit(
+            workspace=repository.workspace, repository=repository, instruction="Another"
+        )
+    assert (again.created, again.task.pk) == (False, first.task.pk)
+    assert Task.objects.count() == 2 and other.task.status == Task.Status.RUNNING
 
 
 def test_the_submitted_task_and_its_timeline_are_as_before(submitter) -> None:
@@ -127,17 +158,17 @@ def _prepared_submission_statements() -> list[str]:
 
 
 def test_a_submissions_statements_are_prepared_once_and_reused(submitter) -> None:
-    """PostgreSQL plans the lane, the admission count and the insert once per connection:
+    """PostgreSQL plans the lane and the counting insert once per connection:
     the rows go as bound parameters, not as literals in the statements' text."""
     api, repository = submitter
     for n in range(3):
         assert _submit(api, repository, instruction=f"Fix it, number {n}").status_code == 202
     statements = _prepared_submission_statements()
     lane = [s for s in statements if "pg_try_advisory_xact_lock" in s]
-    count = [s for s in statements if s.startswith("SELECT COUNT(*)")]
-    insert = [s for s in statements if 'INSERT INTO "runs_task"' in s]
-    assert len(lane) == len(count) == len(insert) == 1, statements
-    assert all("$1" in s for s in lane + count + insert)
+    write = [s for s in statements if 'INSERT INTO "runs_task"' in s]
+    assert len(lane) == len(write) == 1, statements
+    assert "SELECT COUNT(*)" in write[0]  # the admission count is the writing statement's
+    assert all("$1" in s for s in lane + write)
     assert not any("Fix it" in s for s in statements)
     assert Task.objects.count() == 3
 
