@@ -102,19 +102,8 @@ def admission_check(
     """
     margin = _lanes() if lane else 0
     budget = workspace.daily_cost_budget_usd
-    # The repository's runs are among the workspace's: under a limit no lower than the
-    # workspace's, its count never refuses what the workspace's count let through, and
-    # the workspace's alone is read.
-    repository_decides = repository.max_active_runs < workspace.max_active_runs
-    # The count stops at the workspace's limit: a count that reaches it refuses whatever
-    # the margin, and below it both counts are exact, so admission answers as with the
-    # full counts.
     in_workspace, in_repository, spent = _admission_counts(
-        workspace_id=workspace.pk,
-        repository_id=repository.pk if repository_decides else None,
-        spend=budget > 0,
-        cap=workspace.max_active_runs,
-        lane=lane,
+        **_admission_counted(workspace, repository), lane=lane
     )
     if in_workspace + margin >= workspace.max_active_runs:
         return _workspace_full(workspace)
@@ -127,6 +116,24 @@ def admission_check(
 
 
 _UNCAPPED = 2**63 - 1  # a count's LIMIT that never stops it (bigint's largest)
+
+
+def _admission_counted(workspace: Workspace, repository: Repository) -> dict[str, Any]:
+    """What admission counts for a submission to ``repository`` (``_admission_counts``'s
+    arguments)."""
+    # The repository's runs are among the workspace's: under a limit no lower than the
+    # workspace's, its count never refuses what the workspace's count let through, and
+    # the workspace's alone is read.
+    repository_decides = repository.max_active_runs < workspace.max_active_runs
+    # The count stops at the workspace's limit: a count that reaches it refuses whatever
+    # the margin, and below it both counts are exact, so admission answers as with the
+    # full counts.
+    return {
+        "workspace_id": workspace.pk,
+        "repository_id": repository.pk if repository_decides else None,
+        "spend": workspace.daily_cost_budget_usd > 0,
+        "cap": workspace.max_active_runs,
+    }
 
 
 def _active_runs_count(*, workspace_id: int, repository_id: int) -> tuple[int, int]:
@@ -161,10 +168,9 @@ def _admission_counts(
     count is a statement of its own after it, so its snapshot is taken once the lane is
     held and sees every admission that let its lane go.
     """
-    params: list[Any] = [] if repository_id is None else [repository_id]
-    if spend:
-        params += [workspace_id, timezone.now().astimezone(UTC).date()]
-    params += [workspace_id, cap]
+    params = _admission_counts_params(
+        workspace_id=workspace_id, repository_id=repository_id, spend=spend, cap=cap
+    )
     counts = _admission_counts_sql(spend, repository_id is not None)
     if lane:
         row = execute_together([_lane_take_sql(workspace_id), (counts, params)])
@@ -175,6 +181,16 @@ def _admission_counts(
     assert row is not None  # an aggregate: always one row
     in_workspace, in_repository, spent = row
     return int(in_workspace), int(in_repository), Decimal(spent or 0)
+
+
+def _admission_counts_params(
+    *, workspace_id: int, repository_id: int | None, spend: bool, cap: int
+) -> list[Any]:
+    """The parameters of ``_admission_counts_sql(spend, repository_id is not None)``."""
+    params: list[Any] = [] if repository_id is None else [repository_id]
+    if spend:
+        params += [workspace_id, timezone.now().astimezone(UTC).date()]
+    return [*params, workspace_id, cap]
 
 
 @functools.cache
@@ -595,7 +611,7 @@ def _submission_insert(
     else:
         # The transaction's last statement: committed in the same round trip when the
         # submission's own transaction is the one that commits.
-        execute_committing(_submission_insert_sql(), dict(zip(_SUBMISSION_ROWS, rows, strict=True)))
+        execute_committing(_submission_insert_sql(), rows)
     for row in (task, run):
         if row is not None:
             row._state.adding = False
@@ -612,21 +628,19 @@ def _submission_insert_admitting(*, task: Task, rows: list[str]) -> bool:
     workspace, repository = task.workspace, task.repository
     margin = _lanes()
     budget = workspace.daily_cost_budget_usd
-    # As admission_check reads them: the repository's count only under a lower limit,
-    # the spend only with a budget, and the scan stopped at the workspace's limit.
-    repository_decides = repository.max_active_runs < workspace.max_active_runs
-    params: list[Any] = [repository.pk] if repository_decides else []
-    if budget > 0:
-        params += [workspace.pk, timezone.now().astimezone(UTC).date()]
-    params += [workspace.pk, workspace.max_active_runs]
-    params += [
+    counted = _admission_counted(workspace, repository)
+    params = [
+        *_admission_counts_params(**counted),
+        # As admission_check decides with a lane: room left after the lanes' margin.
         workspace.max_active_runs - margin,
         repository.max_active_runs - margin,
-        budget if budget > 0 else None,
+        budget if counted["spend"] else None,
         *rows,
     ]
-    sql = _submission_insert_sql(admitting=(budget > 0, repository_decides))
-    row = execute_together([_lane_take_sql(workspace.pk), (sql, params)])
+    admitting = (counted["spend"], counted["repository_id"] is not None)
+    row = execute_together(
+        [_lane_take_sql(workspace.pk), (_submission_insert_sql(admitting), params)]
+    )
     assert row is not None  # one row: the admission's answer
     return bool(row[0])
 
@@ -652,15 +666,11 @@ SUBMISSION_OUTBOX_COLUMNS = (
 )
 
 
-# The statement's JSON parameters, in its order.
-_SUBMISSION_ROWS = ("task", "runs", "timeline", "outbox")
-
-
 @functools.cache
 def _submission_insert_sql(admitting: tuple[bool, bool] | None = None) -> str:
-    """The submission's INSERT of every row (named parameters, ``_SUBMISSION_ROWS``), or
-    with ``admitting`` (spend, per repository) the admitting statement (positional
-    parameters): the admission counts of ``_admission_counts_sql`` and their limits
+    """The submission's INSERT of every row (its parameters the task's, the runs', the
+    timeline's and the outbox's JSON), or with ``admitting`` (spend, per repository) the
+    admitting statement: the parameters of ``_admission_counts_sql`` and the limits
     first (the workspace's and the repository's room left after the lanes' margin, the
     budget or NULL), then the rows, each INSERT writing only if the counts fit. Its one
     row: admitted, the workspace's and the repository's active runs, the spend."""
@@ -675,23 +685,22 @@ def _submission_insert_sql(admitting: tuple[bool, bool] | None = None) -> str:
     def columns(names: Any) -> str:
         return ", ".join(quote(name) for name in names)
 
-    def insert(model: Any, names: Any, source: str, param: str, order: str = "") -> str:
+    def insert(model: Any, names: Any, source: str, order: str = "") -> str:
         table = quote(model._meta.db_table)
-        placeholder = "%s" if admitting is not None else f"%({param})s"
         return (
             f"INSERT INTO {table} ({columns(names)}) SELECT {columns(names)}"  # noqa: S608
-            f" FROM {source}(NULL::{table}, {placeholder}::jsonb){order}"
+            f" FROM {source}(NULL::{table}, %s::jsonb){order}"
         )
 
     task_columns = [f.column for f in Task._meta.concrete_fields]
     run_columns = [f.column for f in Run._meta.concrete_fields]
     one, many = "jsonb_populate_record", "jsonb_populate_recordset"
-    task = insert(Task, task_columns, one, "task", admitted)
-    run = insert(Run, run_columns, many, "runs", admitted)
-    timeline = insert(RunEvent, SUBMISSION_TIMELINE_COLUMNS, many, "timeline", admitted)
+    task = insert(Task, task_columns, one, admitted)
+    run = insert(Run, run_columns, many, admitted)
+    timeline = insert(RunEvent, SUBMISSION_TIMELINE_COLUMNS, many, admitted)
     # The outbox's serial ids follow the events' order, as separate INSERTs' would.
     in_order = f" WITH ORDINALITY{admitted} ORDER BY ordinality"
-    outbox = insert(OutboxEvent, SUBMISSION_OUTBOX_COLUMNS, many, "outbox", in_order)
+    outbox = insert(OutboxEvent, SUBMISSION_OUTBOX_COLUMNS, many, in_order)
     if admitting is None:
         return f"WITH task AS ({task}), run AS ({run}), timeline AS ({timeline}) {outbox}"
     counts = _admission_counts_sql(*admitting)
