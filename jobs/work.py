@@ -161,10 +161,16 @@ def _item_new(*, kind: str, key: str, args: dict[str, Any]) -> WorkItem:
     )
 
 
-def work_insert_sql(*, kind: str, key: str, args: dict[str, Any]) -> tuple[str, list[Any]]:
+def work_insert_sql(
+    *, kind: str, key: str, args: dict[str, Any], when: tuple[str, list[Any]] | None = None
+) -> tuple[str, list[Any]]:
     """The INSERT of ``work_enqueue_new(..., wake=False)`` as (statement, parameters),
     returning the new item's id, for a writer that sends it in a batch of its own (and
-    runs the item itself once the batch committed)."""
+    runs the item itself once the batch committed).
+
+    ``when``: a condition (SQL, parameters) evaluated by the same statement; the item is
+    inserted only if it holds, and the statement then returns no row.
+    """
     item = _item_new(kind=kind, key=key, args=args)
     meta = WorkItem._meta
     query = InsertQuery(WorkItem)
@@ -172,7 +178,17 @@ def work_insert_sql(*, kind: str, key: str, args: dict[str, Any]) -> tuple[str, 
     compiler = query.get_compiler(connection=connection)
     compiler.returning_fields = [meta.pk]
     ((sql, params),) = compiler.as_sql()
-    return sql, list(params)
+    if when is None:
+        return sql, list(params)
+    # INSERT INTO t (columns) VALUES (values) RETURNING t.id
+    # -> INSERT INTO t (columns) SELECT values WHERE condition RETURNING t.id
+    head, values_returning = sql.split(" VALUES (", 1)
+    values, returning = values_returning.rsplit(") RETURNING ", 1)
+    condition, condition_params = when
+    return (
+        f"{head} SELECT {values} WHERE {condition} RETURNING {returning}",
+        [*params, *condition_params],
+    )
 
 
 def work_enqueue_many(

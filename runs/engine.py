@@ -832,7 +832,6 @@ def _commit_at_once(
             )
         )
     if completes:
-        from jobs.work import work_insert_sql
         from runs.services import approvals_void_sql
 
         parts.append(approvals_void_sql(run_id=run.pk, now=now))
@@ -841,10 +840,9 @@ def _commit_at_once(
         sequences = list(range(expected + 1, expected + len(events) + 1))
         parts += events_insert_sql(task=ctx.task, run=run, events=events, sequences=sequences)
     if completes:
-        # Last: its RETURNING id is the row the batch answers with.
-        parts.append(
-            work_insert_sql(kind=AFTER_TERMINAL, key=str(run.pk), args={"run_id": str(run.pk)})
-        )
+        # Last: its RETURNING id is the row the batch answers with (none when the run's
+        # end leaves no after-terminal work).
+        parts.append(_after_terminal_insert_sql(ctx.task, run))
     if keep:
         parts.append((_next_loaded_select(), _next_loaded_params(lease)))
     try:
@@ -867,7 +865,7 @@ def _commit_at_once(
             dispatch.run_wake_on_commit(run_id=run.id, step_no=lease.step_no + 1, status=status)
         if events:
             events_recorded(task=ctx.task, run=run, events=events)
-    if after is not None:
+    if completes:
         _after_terminal(run.id, after)
     for action in ctx._after_commit:
         action()
@@ -953,33 +951,49 @@ def _update_assignments(fields: dict[str, Any]) -> tuple[str, list[Any]] | None:
 
 def _terminal_events(
     ctx: StepContext, target: str, outcome: Outcome
-) -> tuple[list[PendingEvent], int]:
+) -> tuple[list[PendingEvent], int | None]:
     """The run's and the task's closing facts, and the task's status, in the same commit;
-    with the id of the after-terminal work item recorded with them.
+    with the id of the after-terminal work item recorded with them (None: no such work).
 
     Pending approvals of the run are voided here, so nobody can approve (or expire)
     a patch of a run that is over.
     """
-    from jobs.work import work_enqueue_new
     from runs.services import approvals_void
 
     task = ctx.task
     run = ctx.run
     approvals_void(run_id=run.pk)
-    # Batched feedback and deferred tasks wait for this: a row, not a callback, so a
-    # crash or a refused broker right after the commit cannot strand them. No wake-up:
-    # the committing worker runs the item right after the commit (_after_terminal), and
-    # a message would only be a second, idle claim of it, one per run, queued behind
-    # every other wake-up of the events queue. If that worker dies first, the work sweep
-    # wakes the item; deferred tasks are also re-admitted by their own schedule. A run
-    # ends once (its end is fenced in this transaction): its item is new.
-    after = work_enqueue_new(
-        kind=AFTER_TERMINAL, key=str(run.pk), args={"run_id": str(run.pk)}, wake=False
-    ).pk
     delivered = target != S.COMPLETED and _delivered_before(task, run)
     closing, task_fields = _terminal_closing(ctx, target, outcome, delivered_before=delivered)
     Task.objects.filter(pk=task.pk).update(**task_fields)
-    return closing, after
+    # After the task's row is written: the item's condition reads that row.
+    with connection.cursor() as cursor:
+        cursor.execute(*_after_terminal_insert_sql(task, run))
+        row = cursor.fetchone()
+    return closing, None if row is None else int(row[0])
+
+
+def _after_terminal_insert_sql(task: Task, run: Run) -> tuple[str, list[Any]]:
+    """The after-terminal work item of a run's end, recorded only when there is such work
+    (``after_terminal_needed_sql``: batched feedback, a deferred task), returning its id.
+
+    Batched feedback and deferred tasks wait for this: a row, not a callback, so a crash
+    or a refused broker right after the commit cannot strand them. No wake-up: the
+    committing worker runs the item right after the commit (``_after_terminal``), and a
+    message would only be a second, idle claim of it, one per run, queued behind every
+    other wake-up of the events queue. If that worker dies first, the work sweep wakes
+    the item; deferred tasks are also re-admitted by their own schedule. A run ends once
+    (its end is fenced in its transaction): its item is new.
+    """
+    from jobs.work import work_insert_sql
+    from runs.services import after_terminal_needed_sql
+
+    return work_insert_sql(
+        kind=AFTER_TERMINAL,
+        key=str(run.pk),
+        args={"run_id": str(run.pk)},
+        when=after_terminal_needed_sql(task=task),
+    )
 
 
 def _terminal_closing(
@@ -1052,9 +1066,10 @@ def _task_status_follow(task: Task, *, source: str, target: str) -> None:
 AFTER_TERMINAL = "run.after_terminal"
 
 
-def _after_terminal(run_id: uuid.UUID, item_id: int) -> None:
-    """Clean the sandbox, then run the after-terminal work item now (it was recorded
-    without a wake-up). If running it here raised (the database went away meanwhile),
+def _after_terminal(run_id: uuid.UUID, item_id: int | None) -> None:
+    """Clean the sandbox, then run the after-terminal work item now, if the run's end
+    recorded one (it was recorded without a wake-up). If running it here raised (the
+    database went away meanwhile),
     its wake-up is sent, so a worker retries it at once rather than the work sweep
     ``WORK_REWAKE_SECONDS`` later; a failure of the item's own handler is retried by
     the item's backoff."""
@@ -1065,6 +1080,8 @@ def _after_terminal(run_id: uuid.UUID, item_id: int) -> None:
         run_workdirs_remove(run_id)
     except Exception:
         log.exception("run.workdirs_remove_failed", run_id=str(run_id))
+    if item_id is None:
+        return
     try:
         work_execute(item_id=item_id)
     except Exception:

@@ -1090,9 +1090,32 @@ def task_followup(*, task: Task, feedback: str, by: str) -> Run | None:
         return _run_start(task=locked, feedback=joined, actor=by)
 
 
+def after_terminal_needed_sql(*, task: Task) -> tuple[str, list[Any]]:
+    """A condition (SQL, parameters): the end of a run of ``task`` leaves work for
+    ``run_after_terminal``, batched feedback on the task or a deferred task in its
+    workspace. The run's end records its after-terminal item only when this holds,
+    read in the ending transaction after it wrote the task's row: feedback batched by
+    ``task_followup`` (which writes that row under its lock, having seen the run active)
+    committed before that write and is seen here, or comes after this commit and sees
+    the run ended. A task deferred after this read is let in by the re-admission
+    schedule, as one deferred after ``run_after_terminal``'s own read is.
+    """
+    table = connection.ops.quote_name(Task._meta.db_table)
+    return (
+        f"(EXISTS (SELECT 1 FROM {table} WHERE id = %s AND pending_feedback <> '')"  # noqa: S608 - names are ours
+        f" OR EXISTS (SELECT 1 FROM {table} WHERE workspace_id = %s AND status = %s))",
+        [
+            Task._meta.pk.get_db_prep_value(task.pk, connection),
+            task.workspace_id,
+            str(Task.Status.DEFERRED),
+        ],
+    )
+
+
 def run_after_terminal(*, run_id: uuid.UUID | str) -> None:
     """After a run ends: start a batched follow-up (if admitted), then let deferred
-    tasks in. Runs as a work item recorded with the run's end, so it is never lost."""
+    tasks in. Runs as a work item recorded with the run's end (when
+    ``after_terminal_needed_sql`` held then), so it is never lost."""
     run = (
         Run.objects.filter(pk=run_id)
         .annotate(

@@ -30,9 +30,16 @@ def wakes(monkeypatch):
     return sent
 
 
+def _feedback_waits(run: Run) -> None:
+    """Feedback batched on the run's task: its end leaves work for the after-terminal
+    item."""
+    Task.objects.filter(pk=run.task_id).update(pending_feedback="also fix sub()")
+
+
 def test_the_follow_up_work_runs_at_once_and_sends_no_wake_up(
     run, wakes, django_capture_on_commit_callbacks
 ):
+    _feedback_waits(run)
     with django_capture_on_commit_callbacks(execute=True):
         assert run_end_unleased(run_id=run.pk, target=S.FAILED, reason="step_error")
     item = WorkItem.objects.get(kind=AFTER_TERMINAL, key=str(run.pk))
@@ -47,11 +54,37 @@ def test_the_follow_up_work_is_woken_when_it_could_not_run_at_once(
         raise OperationalError("the database went away")
 
     monkeypatch.setattr(jobs.work, "work_execute", unreachable)
+    _feedback_waits(run)
     with django_capture_on_commit_callbacks(execute=True):
         assert run_end_unleased(run_id=run.pk, target=S.FAILED, reason="step_error")
     item = WorkItem.objects.get(kind=AFTER_TERMINAL, key=str(run.pk))
     assert item.status == WorkItem.Status.PENDING
     assert wakes == [[(item.pk, item.queue)]]
+
+
+def test_a_run_end_with_nothing_waiting_records_no_follow_up_work(
+    run, wakes, django_capture_on_commit_callbacks
+):
+    """No batched feedback and no deferred task in the workspace, read by the ending
+    transaction: no item to write, claim and finish."""
+    with django_capture_on_commit_callbacks(execute=True):
+        assert run_end_unleased(run_id=run.pk, target=S.FAILED, reason="step_error")
+    assert not WorkItem.objects.filter(kind=AFTER_TERMINAL, key=str(run.pk)).exists()
+    assert wakes == []
+
+
+def test_a_deferred_task_makes_the_run_end_record_its_follow_up_work(
+    run, wakes, django_capture_on_commit_callbacks
+):
+    waiting = TaskFactory(
+        workspace=run.task.workspace, repository=run.task.repository, status=Task.Status.DEFERRED
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        assert run_end_unleased(run_id=run.pk, target=S.FAILED, reason="step_error")
+    item = WorkItem.objects.get(kind=AFTER_TERMINAL, key=str(run.pk))
+    assert item.status == WorkItem.Status.DONE
+    waiting.refresh_from_db()
+    assert waiting.status == Task.Status.RUNNING
 
 
 def test_the_follow_up_work_is_one_read_when_nothing_waits(run) -> None:

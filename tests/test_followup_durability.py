@@ -106,7 +106,7 @@ def test_a_run_end_runs_its_after_terminal_work_without_a_wake_up(
         return wake(pairs, **kwargs)
 
     monkeypatch.setattr(work, "work_wake", spy)
-    task = TaskFactory(workspace=workspace, repository=repository)
+    task = TaskFactory(workspace=workspace, repository=repository, pending_feedback="also fix")
     run = Run.objects.create(task=task, run_no=1)
     assert run_end_unleased(run_id=run.pk, target=Run.Status.FAILED, reason="step_error")
 

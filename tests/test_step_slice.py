@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from runs import dispatch, engine
 from runs.engine import Outcome, StepSlice, step_execute
-from runs.models import Run
+from runs.models import Run, Task
 from runs.reaper import zombies_reap
 from runs.tasks import run_step
 from tests.conftest import database_backend_terminate
@@ -519,16 +519,23 @@ def _approval_pending(run: Run) -> None:
     )
 
 
+@pytest.mark.parametrize("waiting", [False, True], ids=["nothing-waits", "feedback-waits"])
 @pytest.mark.parametrize("prepared", [True, False], ids=["pipeline", "query-string"])
 def test_the_completing_step_commits_in_one_batch_what_the_transaction_writes(
-    run, handlers, settings, monkeypatch, prepared
+    run, handlers, settings, monkeypatch, prepared, waiting
 ):
     """The run, its approvals voided, the task's status, the closing events and the
     after-terminal work item (run right after) in one batch, as the transaction writes
-    them."""
+    them. The item is recorded only when something waits for the run's end (here,
+    feedback batched on its task)."""
     from tests.factories import TaskFactory
 
+    def feedback(task: Task) -> None:
+        if waiting:
+            Task.objects.filter(pk=task.pk).update(pending_feedback="also fix sub()")
+
     settings.DATABASE_PREPARED_STATEMENTS = prepared
+    feedback(run.task)
     before, _seen = handlers
     before[S.CREATING_PR] = lambda ctx: _approval_pending(ctx.run)
     batches: list[list[str]] = []
@@ -557,16 +564,61 @@ def test_the_completing_step_commits_in_one_batch_what_the_transaction_writes(
     other = Run.objects.create(
         task=TaskFactory(workspace=run.task.workspace, repository=run.task.repository), run_no=1
     )
+    feedback(other.task)
     in_transaction = _ending(_drive(other))
     assert at_once == in_transaction
     assert at_once["run"] == (S.COMPLETED, 8, 10, True)
-    assert at_once["task"][0] == "completed" and "wall_clock_seconds" in at_once["task"][2]
+    assert "wall_clock_seconds" in at_once["task"][2]
     assert [t for _, t in at_once["timeline"][-2:]] == [
         "agent.run.completed",
         "agent.task.completed",
     ]
-    assert at_once["work"] == ["done"]
     assert at_once["approvals"] == [("void", "run ended")]
+    if waiting:
+        # The item ran at once: the follow-up with the batched feedback started.
+        assert at_once["work"] == ["done"]
+        for ended in (run, other):
+            assert ended.task.runs.get(run_no=2).feedback == "also fix sub()"
+    else:
+        assert at_once["work"] == []
+        assert at_once["task"][0] == "completed"
+
+
+def test_feedback_batched_while_the_end_commits_gets_its_follow_up(run, handlers) -> None:
+    """A reviewer's feedback arrives while the completing step's batch is on its way:
+    ``task_followup`` saw the run active and holds the task's row; the batch waits for it
+    at its task UPDATE, and its after-terminal item, decided after that UPDATE, sees the
+    feedback. (Decided before it, the feedback was stranded on a task with no run.)"""
+    import threading
+
+    from django.db import connections, transaction
+
+    from runs.services import task_followup
+    from tests.conftest import wait_for
+    from tests.test_approval_races import _waiting_on_locks
+
+    Run.objects.filter(pk=run.pk).update(status=S.CREATING_PR, step_no=7)
+    Task.objects.filter(pk=run.task_id).update(status=Task.Status.RUNNING)
+    outcome: list[Any] = []
+
+    def end() -> None:
+        try:
+            outcome.append(step_execute(run_id=str(run.pk), step_no=7))
+        except BaseException as error:
+            outcome.append(error)
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        assert task_followup(task=run.task, feedback="also fix sub()", by="reviewer") is None
+        ender = threading.Thread(target=end)
+        ender.start()
+        wait_for(lambda: _waiting_on_locks() >= 1, timeout=10, message="the end waiting")
+    ender.join(20)
+    assert outcome == [S.COMPLETED]
+    run.refresh_from_db()
+    assert run.status == S.COMPLETED
+    assert run.task.runs.get(run_no=2).feedback == "also fix sub()"
 
 
 @pytest.mark.parametrize("prepared", [True, False], ids=["pipeline", "query-string"])
@@ -583,10 +635,14 @@ def test_a_completing_batch_that_fails_writes_nothing(run, handlers, settings, p
 
     def plant(ctx: engine.StepContext) -> None:
         _approval_pending(ctx.run)
-        WorkItem.objects.create(kind=AFTER_TERMINAL, key=str(ctx.run.pk), args={}, queue="x")
+        # Feedback waits, so the run's end records its item: the key is taken.
+        Task.objects.filter(pk=ctx.task.pk).update(pending_feedback="also fix sub()")
+        WorkItem.objects.create(
+            kind=AFTER_TERMINAL, key=str(ctx.run.pk), args={}, queue="x", due_at=timezone.now()
+        )
 
     before[S.CREATING_PR] = plant
-    with pytest.raises(IntegrityError):
+    with pytest.raises(IntegrityError, match="workitem"):
         _drive(run)
     run.refresh_from_db()
     ending = _ending(run)
