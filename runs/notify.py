@@ -117,9 +117,15 @@ def _find_marked(client: httpx.Client, path: str, marker: str) -> dict[str, Any]
 def source_notify(event: Event) -> Completion:
     from runs.models import PullRequest, Task
 
-    task = Task.objects.filter(pk=event.task_id).first() if event.task_id else None
-    target = github_target(task.source_ref) if task is not None else None
-    if task is None or target is None:
+    # Only the task's source matters here (most tasks have none to comment on): its one
+    # column, not the whole row with its JSON fields decoded.
+    source_ref = (
+        Task.objects.filter(pk=event.task_id).values_list("source_ref", flat=True).first()
+        if event.task_id
+        else None
+    )
+    target = github_target(source_ref) if source_ref is not None else None
+    if target is None:
         return None
     repo, number = target
     now = timezone.now()
@@ -136,7 +142,7 @@ def source_notify(event: Event) -> Completion:
         Notification.objects.filter(pk=note.pk).update(
             attempts=F("attempts") + 1, lease_until=now + timedelta(seconds=_lease_seconds())
         )
-    pr = PullRequest.objects.filter(task=task).order_by("-updated_at").first()
+    pr = PullRequest.objects.filter(task_id=event.task_id).order_by("-updated_at").first()
     path = f"/repos/{repo}/issues/{number}/comments"
     marker = MARKER.format(event_id=event.id)
     try:
