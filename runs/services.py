@@ -1101,14 +1101,15 @@ def after_terminal_needed_sql(*, task: Task) -> tuple[str, list[Any]]:
     schedule, as one deferred after ``run_after_terminal``'s own read is.
     """
     table = connection.ops.quote_name(Task._meta.db_table)
+    # The status is written into the statement, as the task_deferred_queue index's
+    # condition says it: as a parameter of a prepared statement's generic plan it
+    # matched no partial index, and the check read every task (a scan of 1,000,000
+    # tasks at every run's end).
+    deferred = str(Task.Status.DEFERRED)  # our enum value
     return (
         f"(EXISTS (SELECT 1 FROM {table} WHERE id = %s AND pending_feedback <> '')"  # noqa: S608 - names are ours
-        f" OR EXISTS (SELECT 1 FROM {table} WHERE workspace_id = %s AND status = %s))",
-        [
-            Task._meta.pk.get_db_prep_value(task.pk, connection),
-            task.workspace_id,
-            str(Task.Status.DEFERRED),
-        ],
+        f" OR EXISTS (SELECT 1 FROM {table} WHERE workspace_id = %s AND status = '{deferred}'))",
+        [Task._meta.pk.get_db_prep_value(task.pk, connection), task.workspace_id],
     )
 
 
