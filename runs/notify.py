@@ -119,11 +119,10 @@ def source_notify(event: Event) -> Completion:
 
     # Only the task's source matters here (most tasks have none to comment on): its one
     # column, not the whole row with its JSON fields decoded.
-    source_ref = (
-        Task.objects.filter(pk=event.task_id).values_list("source_ref", flat=True).first()
-        if event.task_id
-        else None
-    )
+    task_id = event.task_id
+    if not task_id:
+        return None
+    source_ref = Task.objects.filter(pk=task_id).values_list("source_ref", flat=True).first()
     target = github_target(source_ref) if source_ref is not None else None
     if target is None:
         return None
@@ -142,7 +141,7 @@ def source_notify(event: Event) -> Completion:
         Notification.objects.filter(pk=note.pk).update(
             attempts=F("attempts") + 1, lease_until=now + timedelta(seconds=_lease_seconds())
         )
-    pr = PullRequest.objects.filter(task_id=event.task_id).order_by("-updated_at").first()
+    pr = PullRequest.objects.filter(task_id=task_id).order_by("-updated_at").first()
     path = f"/repos/{repo}/issues/{number}/comments"
     marker = MARKER.format(event_id=event.id)
     try:
