@@ -4,8 +4,10 @@ The worker logs in as a role of its own with a ``CONNECTION LIMIT``. While a run
 way the test takes every connection the role may have (after ending the worker's own),
 so each reconnect of the worker is refused with "too many connections for role" for
 longer than a lease; then it gives them back. Steps that met the shortage are retried
-without needing the database to record the retry; the run must complete and nothing may
-be dead-lettered.
+without needing the database to record the retry; a step whose heartbeat could not renew
+its lease meanwhile gives the run up, and the reaper recovers it once the lease has run
+out, as beat runs it (here the test calls it while it waits). The run must complete and
+nothing may be dead-lettered.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from django.db import connection
 from jobs.models import DeadLetter
 from runs import demo
 from runs.models import Run
+from runs.reaper import zombies_reap
 from runs.services import task_submit
 from runs.state import TERMINAL
 from tests.conftest import wait_for
@@ -109,6 +112,7 @@ def test_a_run_rides_out_a_connection_shortage(workspace, repository, start_work
         time.sleep(1.0)
 
     def ended() -> Run | None:
+        zombies_reap()
         current = Run.objects.get(pk=run.pk)
         return current if current.status in TERMINAL else None
 
