@@ -24,19 +24,18 @@ from jobs.models import WorkerHeartbeat
 def worker_heartbeat_record(
     *, name: str, hostname: str, pid: int, queues: list[str], concurrency: int, started_at: datetime
 ) -> None:
-    """Upsert the worker's row with a fresh heartbeat."""
-    WorkerHeartbeat.objects.update_or_create(
-        name=name,
-        defaults={
-            "hostname": hostname,
-            "pid": pid,
-            "queues": sorted(queues),
-            "concurrency": concurrency,
-            "started_at": started_at,
-            "last_heartbeat_at": timezone.now(),
-            "stopped_at": None,
-        },
-    )
+    """Upsert the worker's row with a fresh heartbeat: one UPDATE once the row exists."""
+    fields = {
+        "hostname": hostname,
+        "pid": pid,
+        "queues": sorted(queues),
+        "concurrency": concurrency,
+        "started_at": started_at,
+        "last_heartbeat_at": timezone.now(),
+        "stopped_at": None,
+    }
+    if not WorkerHeartbeat.objects.filter(name=name).update(**fields):
+        WorkerHeartbeat.objects.update_or_create(name=name, defaults=fields)
 
 
 def worker_stopped_record(*, name: str) -> None:
