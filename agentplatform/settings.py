@@ -238,8 +238,9 @@ CELERY_DB_REUSE_MAX = 1_000_000_000
 # number of beat processes can run without firing a schedule twice.
 CELERY_BEAT_SCHEDULER = "jobs.beat:LeaderDatabaseScheduler"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-# Workers do not exchange heartbeat events, gossip or mingle (see agentplatform.celery).
-CELERY_WORKER_CONSUMER = "agentplatform.celery:Consumer"
+# Workers do not exchange heartbeat events, gossip or mingle (see agentplatform.celery);
+# "celery.worker.consumer:Consumer" brings them back (e.g. for Flower's worker list).
+CELERY_WORKER_CONSUMER = _env_value("CELERY_WORKER_CONSUMER", str, "agentplatform.celery:Consumer")
 CELERY_TASK_ROUTES = {
     "runs.*": {"queue": "agent"},
     "jobs.outbox_relay": {"queue": "relay"},
