@@ -16,8 +16,8 @@ class Consumer(CeleryConsumer):
 
     Heart publishes an event every 2 s, Gossip receives every other worker's (with N
     workers each gets N - 1 a beat), and Mingle asks every worker at start-up for its
-    revoked tasks and waits a second for the answers: most of an idle worker's broker
-    traffic and CPU. Worker liveness is the workers' own heartbeat rows
+    revoked tasks and waits a second for the answers: about half of an idle worker's
+    main process CPU. Worker liveness is the workers' own heartbeat rows
     (``jobs.workers``), nothing here revokes tasks, and remote control (ping, inspect,
     shutdown) keeps its own channel. The same as ``celery worker --without-heartbeat
     --without-gossip --without-mingle``, as the default (``CELERY_WORKER_CONSUMER``).

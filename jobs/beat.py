@@ -107,6 +107,7 @@ class LeaderDatabaseScheduler(DatabaseScheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._leader = LeaderLock()
         self._leading = False
+        self._changes_checked_at = float("-inf")
         super().__init__(*args, **kwargs)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
@@ -138,9 +139,7 @@ class LeaderDatabaseScheduler(DatabaseScheduler):
         effect within ``SCHEDULE_CHECK_SECONDS`` of its save.
         """
         now = monotonic()
-        if now - getattr(self, "_changes_checked_at", -SCHEDULE_CHECK_SECONDS) < (
-            SCHEDULE_CHECK_SECONDS
-        ):
+        if now - self._changes_checked_at < SCHEDULE_CHECK_SECONDS:
             return False
         self._changes_checked_at = now
         return bool(super().schedule_changed())

@@ -9,47 +9,21 @@ with django-celery-beat's database round trips: half of an idle beat's CPU.
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 
 import pytest
-from django.utils import timezone
-from django_celery_beat.models import IntervalSchedule, PeriodicTask
+from django_celery_beat.models import PeriodicTask
 
 from agentplatform.celery import app
 from jobs import beat
-from jobs.beat import LeaderDatabaseScheduler
+from tests.beat_recording import Recording, entries_due
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-class Recording(LeaderDatabaseScheduler):
-    """Records what it would send instead of sending it."""
-
-    def __init__(self, *args, **kwargs):
-        self.sent: list[str] = []
-        super().__init__(*args, **kwargs)
-
-    def apply_async(self, entry, producer=None, advance=True, **kwargs):
-        self.sent.append(entry.name)
-
-
-def _entries(*names: str, every: int) -> None:
-    PeriodicTask.objects.all().delete()
-    interval, _ = IntervalSchedule.objects.get_or_create(every=every, period="seconds")
-    for name in names:
-        PeriodicTask.objects.create(
-            name=name,
-            task="runs.tasks_readmit",
-            interval=interval,
-            queue="test_h1.none",
-            last_run_at=timezone.now() - timedelta(hours=1),
-        )
-
-
 def test_beat_sleeps_until_an_entry_is_due_instead_of_ticking_without_pause():
-    _entries("first", "second", every=1)
+    entries_due("first", "second", every=1)
     scheduler = Recording(app=app)
-    scheduler.producer = object()  # apply_async above never uses it
+    scheduler.producer = object()  # Recording.apply_async never uses it
     intervals: list[float] = []
     try:
         deadline = time.monotonic() + 3.2
@@ -69,7 +43,7 @@ def test_beat_sleeps_until_an_entry_is_due_instead_of_ticking_without_pause():
 
 
 def test_an_edited_schedule_is_read_within_the_check_interval(monkeypatch):
-    _entries("first", every=30)
+    entries_due("first", every=30)
     clock = [1000.0]
     monkeypatch.setattr(beat, "monotonic", lambda: clock[0])
     scheduler = Recording(app=app)
