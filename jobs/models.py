@@ -142,7 +142,7 @@ class WorkspaceDailyCost(models.Model):
     """Model spend per workspace and UTC day, summed from agent.model.turn.completed."""
 
     workspace = models.ForeignKey(
-        "runs.Workspace", on_delete=models.CASCADE, related_name="daily_costs"
+        "runs.Workspace", on_delete=models.CASCADE, related_name="daily_costs", db_index=False
     )
     day = models.DateField()
     cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)

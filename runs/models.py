@@ -86,7 +86,7 @@ class Membership(models.Model):
         APPROVER = "approver"
         ADMIN = "admin"
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, db_index=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -123,7 +123,9 @@ class Repository(models.Model):
         GITHUB = "github"
         GITLAB = "gitlab"
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="repositories")
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="repositories", db_index=False
+    )
     name = models.CharField(max_length=200)
     provider = models.CharField(max_length=16, choices=Provider.choices, default=Provider.LOCAL)
     # Provider-side identity, e.g. "octo-org/hello-world" on GitHub or the GitLab path.
@@ -199,7 +201,9 @@ class Task(models.Model):
         REJECTED = "rejected"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="tasks")
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="tasks", db_index=False
+    )
     repository = models.ForeignKey(Repository, on_delete=models.PROTECT, related_name="tasks")
     instruction = models.TextField()
     task_type = models.CharField(max_length=64, default="change")
@@ -285,7 +289,10 @@ class Run(models.Model):
         TIMED_OUT = "timed_out"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="runs")
+    # No index of its own (as every foreign key a unique constraint or index starts with):
+    # the unique (task, run_no) index serves lookups by task, and a second index cost an
+    # index insert on every run and on every step that changes its status.
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="runs", db_index=False)
     # The task's workspace, copied when the run is created (a task never changes
     # workspace): the API scopes and lists runs by workspace without joining every run
     # to its task (see the run_ws_created index).
@@ -445,7 +452,9 @@ class Artifact(models.Model):
 class ModelTurn(models.Model):
     """One answered model call, checkpointed so a recovered run never asks again."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="model_turns")
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="model_turns", db_index=False
+    )
     step_no = models.PositiveIntegerField()
     turn_no = models.PositiveIntegerField()
     purpose = models.CharField(max_length=32, default="act")
@@ -493,7 +502,9 @@ class WorkspaceSpend(models.Model):
     it trails the commits by the relay's lag, so budgets are not held to it.)
     """
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="spend")
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="spend", db_index=False
+    )
     day = models.DateField()
     cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
     updated_at = models.DateTimeField()
@@ -518,7 +529,9 @@ class ToolCall(models.Model):
         FAILED = "failed"
         TIMED_OUT = "timed_out"
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tool_calls")
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="tool_calls", db_index=False
+    )
     step_no = models.PositiveIntegerField()
     turn_no = models.PositiveIntegerField()
     call_id = models.CharField(max_length=200)
@@ -543,7 +556,7 @@ class ToolCall(models.Model):
 
 
 class Patch(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="patches")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="patches", db_index=False)
     attempt_no = models.PositiveIntegerField(default=1)
     diff_sha256 = models.CharField(max_length=64)
     diff_artifact = models.ForeignKey(Artifact, on_delete=models.PROTECT, related_name="+")
@@ -569,7 +582,9 @@ class VerificationAttempt(models.Model):
         TIMEOUT = "timeout"
         ERRORED = "errored"
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="verifications")
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="verifications", db_index=False
+    )
     patch = models.ForeignKey(Patch, on_delete=models.CASCADE, related_name="verifications")
     verifier = models.CharField(max_length=64, default="test_command")
     command = models.CharField(max_length=1000)
@@ -599,7 +614,9 @@ class JudgeAttempt(models.Model):
         REVISE = "revise"
         BLOCK = "block"
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="judgements")
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="judgements", db_index=False
+    )
     patch = models.ForeignKey(Patch, on_delete=models.CASCADE, related_name="judgements")
     judge = models.CharField(max_length=64, default="rules")
     verdict = models.CharField(max_length=16, choices=Verdict.choices)
@@ -658,7 +675,9 @@ class PullRequest(models.Model):
         MERGED = "merged"
         CLOSED = "closed"
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="pull_requests")
+    task = models.ForeignKey(
+        Task, on_delete=models.CASCADE, related_name="pull_requests", db_index=False
+    )
     provider = models.CharField(max_length=16)
     branch = models.CharField(max_length=200)
     base_branch = models.CharField(max_length=200)

@@ -89,7 +89,7 @@ class CiResult(models.Model):
     kind = models.CharField(max_length=32, choices=Kind.choices)
     external_id = models.CharField(max_length=100)
     repository = models.ForeignKey(
-        "runs.Repository", on_delete=models.CASCADE, related_name="ci_results"
+        "runs.Repository", on_delete=models.CASCADE, related_name="ci_results", db_index=False
     )
     pull_request = models.ForeignKey(
         "runs.PullRequest",
@@ -97,6 +97,7 @@ class CiResult(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="ci_results",
+        db_index=False,
     )
     head_sha = models.CharField(max_length=64)
     head_branch = models.CharField(max_length=300, blank=True)
