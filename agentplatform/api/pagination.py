@@ -163,7 +163,8 @@ class CompiledList:
     ) -> CompiledList:
         """``rows``: the list's ``values()`` query of ``rendered_by``'s columns, filtered
         by ``scope`` (stand-in values, all different); ``keys``: the same filter, one
-        column, no order (what the count counts, without the list's joins)."""
+        column (what the count counts, without the list's joins), in whatever order
+        reads the fewest pages: the count stops at its bound whichever rows it met."""
         compiler = rows.query.get_compiler(rows.db)
         sql, params = compiler.as_sql()
         count_sql, count_params = keys.query.get_compiler(keys.db).as_sql()

@@ -126,7 +126,15 @@ def _run_list_compiled(scopes: int) -> CompiledList:
     stand_ins = list(range(1, scopes + 1))
     return CompiledList.of(
         _run_list_rows().filter(workspace_id__in=stand_ins),
-        Run.objects.filter(workspace_id__in=stand_ins).order_by().values("pk"),
+        # The bounded count takes any runs of the scope up to its bound: it reads the
+        # run_ws_created index from its far end, each workspace's oldest runs first.
+        # Those pages are all-visible once vacuumed, so the count reads the index alone;
+        # read from the newest end (or unordered, by a sequential scan) it met the runs
+        # that are still changing and fetched each from the table (1,148 heap fetches
+        # and 428 buffers for a count of 1,050, against none and 12).
+        Run.objects.filter(workspace_id__in=stand_ins)
+        .order_by("-workspace_id", "created_at", "-id")
+        .values("pk"),
         stand_ins,
         _RUN_ROWS,
     )
