@@ -11,11 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-# Whether this server was built with lz4 (PostgreSQL 14 and later, when so configured).
-_LZ4_AVAILABLE = (
-    "SELECT EXISTS (SELECT 1 FROM pg_settings"
-    " WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals))"
-)
+
+def lz4_available(connection: Any) -> bool:
+    """Whether this PostgreSQL server was built with lz4 (14 and later, when so
+    configured); False on any other database."""
+    if connection.vendor != "postgresql":
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_settings"
+            " WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals))"
+        )
+        return bool(cursor.fetchone()[0])
 
 
 def compression_set(columns: Sequence[tuple[str, str]], method: str) -> Callable[[Any, Any], None]:
@@ -24,13 +31,10 @@ def compression_set(columns: Sequence[tuple[str, str]], method: str) -> Callable
 
     def apply(apps: Any, schema_editor: Any) -> None:
         connection = schema_editor.connection
-        if connection.vendor != "postgresql":
+        if not lz4_available(connection):
             return
+        quote = connection.ops.quote_name
         with connection.cursor() as cursor:
-            cursor.execute(_LZ4_AVAILABLE)
-            if not cursor.fetchone()[0]:
-                return
-            quote = connection.ops.quote_name
             for table, column in columns:
                 cursor.execute(
                     f"ALTER TABLE {quote(table)} ALTER COLUMN {quote(column)}"

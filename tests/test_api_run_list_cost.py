@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agentplatform.api.views.runs import RunListApi, RunOutputSerializer
+from agentplatform.api.views.runs import RunListApi, RunOutputSerializer, _run_list_compiled
 from runs.models import Membership, Run
 from tests.factories import (
     RepositoryFactory,
@@ -114,8 +114,6 @@ def test_the_list_query_reads_the_index_in_its_order_without_sorting(member) -> 
 def test_the_bounded_count_reads_the_oldest_end_of_the_index_alone(member) -> None:
     """The runs still changing are the newest: the count starts at the other end, where
     vacuumed pages need no visit to the table, for one workspace as for several."""
-    from agentplatform.api.views.runs import _run_list_compiled
-
     _, workspace, repository = member
     _runs(workspace, repository, 20)
     for scopes in (1, 3):

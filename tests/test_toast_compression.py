@@ -1,8 +1,8 @@
 """Large values on the write paths are compressed with lz4 where the server has it.
 
 A webhook's payload (several kB on most deliveries), a model turn's response and an
-artifact's content are stored out of line and compressed first; lz4 costs PostgreSQL a
-fraction of pglz's time (jobs/toast.py).
+artifact's content are stored out of line and compressed first; lz4 costs PostgreSQL
+less time than pglz (jobs/toast.py).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from jobs.toast import _LZ4_AVAILABLE
+from jobs.toast import lz4_available
 from tests.factories import WebhookReceiptFactory
 
 pytestmark = pytest.mark.django_db
@@ -22,12 +22,6 @@ COLUMNS = [
 ]
 
 
-def _lz4() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(_LZ4_AVAILABLE)
-        return bool(cursor.fetchone()[0])
-
-
 def test_the_large_columns_compress_with_lz4_when_the_server_has_it():
     with connection.cursor() as cursor:
         cursor.execute(
@@ -37,12 +31,12 @@ def test_the_large_columns_compress_with_lz4_when_the_server_has_it():
             [[t for t, _ in COLUMNS], [c for _, c in COLUMNS]],
         )
         methods = {(table, column): method for table, column, method in cursor.fetchall()}
-    expected = "l" if _lz4() else ""
+    expected = "l" if lz4_available(connection) else ""
     assert methods == dict.fromkeys(COLUMNS, expected)
 
 
 def test_a_large_payload_is_stored_compressed_with_lz4():
-    if not _lz4():
+    if not lz4_available(connection):
         pytest.fail("this PostgreSQL has no lz4; the test needs a server built with it")
     payload = {"commits": [{"message": f"change {i}", "id": f"{i:040x}"} for i in range(200)]}
     receipt = WebhookReceiptFactory(payload=payload)
