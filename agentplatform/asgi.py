@@ -27,6 +27,8 @@ from django.core.asgi import get_asgi_application
 from django.core.wsgi import get_wsgi_application
 from django.urls import URLResolver, get_resolver
 
+from agentplatform.celery import result_backend_load
+
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[Mapping[str, Any]], Awaitable[None]]
@@ -36,6 +38,7 @@ wsgi_handler = WSGIMiddleware(
     get_wsgi_application(),  # type: ignore[arg-type]
     workers=settings.WEB_THREADS,
 )
+result_backend_load()
 
 
 def _stream_routes() -> list[re.Pattern[str]]:

@@ -37,6 +37,15 @@ app = Celery("agentplatform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+
+def result_backend_load() -> None:
+    """Load the result backend now, at a web process's start: its first load scans the
+    entry points of every installed distribution (20 ms on an idle machine, several
+    times that under load), which would otherwise fall on the first request that sends
+    a task."""
+    app.backend  # noqa: B018  (the property loads and keeps it)
+
+
 # Spans of the Celery tasks running in this process, ended by task_postrun.
 _open_spans: dict[str, Any] = {}
 

@@ -197,6 +197,11 @@ else:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 
 CELERY_RESULT_BACKEND = "django-db"
+# One result backend per process, shared by its threads: django-celery-results keeps no
+# state of its own (the ORM keeps a connection per thread). Per thread, each request thread
+# of the web server loaded it anew on its first wake-up, and loading it scans the entry
+# points of every installed distribution.
+CELERY_RESULT_BACKEND_THREAD_SAFE = True
 CELERY_RESULT_EXTENDED = True
 CELERY_RESULT_EXPIRES = 7 * 24 * 3600
 CELERY_TASK_SERIALIZER = "json"

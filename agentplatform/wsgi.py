@@ -4,3 +4,7 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentplatform.settings")
 application = get_wsgi_application()
+
+from agentplatform.celery import result_backend_load  # noqa: E402  (after Django's set-up)
+
+result_backend_load()
