@@ -16,9 +16,9 @@ from rest_framework import authentication, exceptions
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 
-from agentplatform.api.scoping import workspace_ids_remember
+from agentplatform.api.scoping import workspace_ids_remember, workspace_ids_sql
 from jobs.db_rows import cursor_prepared, instance_from_row
-from runs.models import ApiToken, Membership
+from runs.models import ApiToken
 
 TOKEN_PREFIX = "agp_"  # noqa: S105 - a public marker, not a secret
 # last_used_at is bookkeeping, not an audit log: writing it on every request would turn
@@ -59,8 +59,9 @@ def api_token_resolve(secret: str, *, with_workspaces: bool = False) -> ApiToken
     if not secret.startswith(TOKEN_PREFIX) or len(secret) > 200:
         return None
     digest = _hash(secret)
-    prefix = secret[: len(TOKEN_PREFIX) + 8]
-    for token in _tokens_live(prefix=prefix, with_workspaces=with_workspaces):
+    for token in _tokens_live(
+        prefix=secret[: len(TOKEN_PREFIX) + 8], with_workspaces=with_workspaces
+    ):
         if hmac.compare_digest(token.key_hash, digest) and token.user.is_active:
             now = timezone.now()
             if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
@@ -106,12 +107,7 @@ def _tokens_live_sql(*, with_workspaces: bool) -> tuple[str, int, int]:
     user_fk, user_pk = token_meta.get_field("user").column, user_meta.pk.column
     end = len(columns)
     if with_workspaces:
-        membership = Membership._meta
-        columns.append(
-            f"ARRAY(SELECT m.{quote(membership.get_field('workspace').column)}"  # noqa: S608 - names are ours
-            f" FROM {quote(membership.db_table)} m"
-            f" WHERE m.{quote(membership.get_field('user').column)} = u.{quote(user_pk)})"
-        )
+        columns.append(f"ARRAY({workspace_ids_sql(user=f'u.{quote(user_pk)}')})")
     sql = (
         f"SELECT {', '.join(columns)} FROM {quote(token_meta.db_table)} t"  # noqa: S608 - names are ours
         f" JOIN {quote(user_meta.db_table)} u ON u.{quote(user_pk)} = t.{quote(user_fk)}"

@@ -53,18 +53,21 @@ def workspace_ids_for(*, user: Any, role: str | None = None) -> list[int]:
         return list(remembered)
     # Every request of the API starts here: a fixed statement, not a queryset compiled
     # each time (it was a tenth of a list page's CPU).
-    sql = _workspace_ids_sql(with_role=role is not None)
+    sql = workspace_ids_sql(with_role=role is not None)
     with connection.cursor() as cursor:
         cursor.execute(sql, [user.pk] if role is None else [user.pk, role])
         return [workspace_id for (workspace_id,) in cursor.fetchall()]
 
 
 @functools.cache
-def _workspace_ids_sql(*, with_role: bool) -> str:
+def workspace_ids_sql(*, with_role: bool = False, user: str = "%s") -> str:
+    """The statement of ``workspace_ids_for``: the workspace ids of the user ``user``
+    (SQL: a parameter, or a column of an enclosing query), with a role parameter after
+    it if ``with_role``."""
     quote = connection.ops.quote_name
     sql = (
         f"SELECT {quote('workspace_id')} FROM {quote(Membership._meta.db_table)}"  # noqa: S608 - names are ours
-        f" WHERE {quote('user_id')} = %s"
+        f" WHERE {quote('user_id')} = {user}"
     )
     return sql + f" AND {quote('role')} = %s" if with_role else sql
 
