@@ -187,6 +187,47 @@ def test_the_unfiltered_lists_statements_are_prepared_once(member) -> None:
     assert all("$1" in s and "LIMIT $" in s for s in listed), listed
 
 
+def _list_statement_plans() -> tuple[int, int]:
+    """(generic, custom) plans of the compiled list's statement on this connection."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE 'SELECT (SELECT COUNT(*)%%'"
+        )
+        (plans,) = cursor.fetchall()
+        return plans
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_workspaces_list_runs_on_its_generic_plan_and_sets_nothing_else() -> None:
+    """PostgreSQL's own choice kept planning the page for each request: the generic
+    plan's estimate of ``LIMIT $n`` (a tenth of the rows) made it look dearer."""
+    user, workspace, repository = member_with_repository()
+    _runs(workspace, repository, 60)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE runs_run")
+    api = api_client_for(user)
+    pages = [api.get("/api/runs/").json() for _ in range(7)]
+    assert [len(page["results"]) for page in pages] == [50] * 7
+    assert _list_statement_plans() == (7, 0)
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        assert cursor.fetchone() == ("auto",)  # the request's transaction only
+
+
+def test_several_workspaces_list_is_planned_for_its_values(member) -> None:
+    """How many runs each workspace has decides between the index of every run and
+    each workspace's range: that list keeps PostgreSQL's choice."""
+    user, workspace, repository = member
+    other = WorkspaceFactory()
+    Membership.objects.create(workspace=other, user=user, role="member")
+    _runs(workspace, repository, 3)
+    api = api_client_for(user)
+    for _ in range(3):
+        assert api.get("/api/runs/").json()["count"] == 3
+    assert _list_statement_plans() == (0, 3)  # planned for each request's values
+
+
 def test_a_new_membership_is_seen_by_the_next_request(member) -> None:
     user, workspace, repository = member
     _runs(workspace, repository, 2)

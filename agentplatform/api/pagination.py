@@ -20,7 +20,7 @@ from rest_framework.utils.urls import replace_query_param
 
 from agentplatform.api.renderers import JSONFragment
 from agentplatform.api.rows import ListRows
-from jobs.db_rows import cursor_prepared
+from jobs.db_rows import cursor_prepared, fetchone_generic
 
 
 class LimitOffsetPagination(pagination.LimitOffsetPagination):
@@ -105,12 +105,19 @@ class LimitOffsetPagination(pagination.LimitOffsetPagination):
         compiled = compile_for(len(scope))
         limit = self.limit or 0
         bound = self.offset + limit + self.count_lookahead
+        if compiled.json_sql is not None and _in_utc():
+            params = [*scope, bound, *scope, limit, self.offset]
+            if compiled.generic_plan:
+                row = fetchone_generic(compiled.json_sql, params)
+            else:
+                with cursor_prepared() as cursor:
+                    cursor.execute(compiled.json_sql, params)
+                    row = cursor.fetchone()
+            assert row is not None  # one row: the count and the page
+            self.count, text = row
+            self._page_controls()
+            return JSONFragment(f"[{text}]") if text is not None else []
         with cursor_prepared() as cursor:
-            if compiled.json_sql is not None and _in_utc():
-                cursor.execute(compiled.json_sql, [*scope, bound, *scope, limit, self.offset])
-                self.count, text = cursor.fetchone()
-                self._page_controls()
-                return JSONFragment(f"[{text}]") if text is not None else []
             cursor.execute(compiled.count_sql, [*scope, bound])
             self.count = int(cursor.fetchone()[0])
             self._page_controls()
@@ -144,6 +151,10 @@ class CompiledList:
     (``ListRows.json_sql``): converting the rows, rendering their fields and encoding
     them took a third of a page's CPU in Python. None when a field has no JSON form in
     SQL.
+
+    ``generic_plan``: the statements' best plan is the same whatever the scope's values
+    (as for one workspace, a range of an index in the list's order), so they run on
+    their generic plan (``fetchone_generic``) instead of being planned for each request.
     """
 
     page_sql: str
@@ -152,6 +163,7 @@ class CompiledList:
     compiler: Any
     names: list[str]
     rows: ListRows
+    generic_plan: bool = False
 
     @classmethod
     def of(
@@ -160,6 +172,8 @@ class CompiledList:
         keys: QuerySet[Any, Any],
         scope: list[Any],
         rendered_by: ListRows,
+        *,
+        generic_plan: bool = False,
     ) -> CompiledList:
         """``rows``: the list's ``values()`` query of ``rendered_by``'s columns, filtered
         by ``scope`` (stand-in values, all different); ``keys``: the same filter, one
@@ -181,6 +195,7 @@ class CompiledList:
             compiler=compiler,
             names=names,
             rows=rendered_by,
+            generic_plan=generic_plan,
         )
 
 

@@ -70,7 +70,7 @@ def run_visible(*, user: Any, run_id: Any) -> bool:
     timeline page)."""
     if user is None or not user.is_authenticated:
         return False
-    with connection.cursor() as cursor:
+    with cursor_prepared() as cursor:
         cursor.execute(_run_visible_sql(), [_run_pk(run_id), user.pk])
         return cursor.fetchone() is not None
 
@@ -81,7 +81,7 @@ def run_events_rows(
     """Up to ``limit`` events of the run after sequence ``after``, in order, as
     ``RunEvent.objects.filter(run_id=..., sequence_no__gt=after).order_by("sequence_no")
     .values(*columns)[:limit]`` returns them, from one fixed statement."""
-    with connection.cursor() as cursor:
+    with cursor_prepared() as cursor:
         cursor.execute(_run_events_sql(columns), [_run_pk(run_id), after, limit])
         rows = cursor.fetchall()
     return rows_as_values(RunEvent, columns, rows)

@@ -137,6 +137,9 @@ def _run_list_compiled(scopes: int) -> CompiledList:
         .values("pk"),
         stand_ins,
         _RUN_ROWS,
+        # One workspace's page and count are each a range of run_ws_created, whatever
+        # the workspace. Over several, how many runs each has decides the plan.
+        generic_plan=scopes == 1,
     )
 
 
