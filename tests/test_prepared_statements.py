@@ -83,3 +83,34 @@ def test_a_prepared_statement_error_is_django_s(workspace):
 
     with pytest.raises(ProgrammingError), cursor_prepared() as cursor:
         cursor.execute("SELECT no_such_column FROM runs_workspace WHERE id = %s", [1])
+
+
+def test_the_reads_answer_alike_with_prepared_statements_off(settings, workspace, repository):
+    """The runs list (on its generic plan when prepared) and a run's timeline: the same
+    pages either way, and nothing prepared, not even the plan setting, when off."""
+    from django.db import transaction
+
+    from runs.models import Run
+    from runs.timeline import event_record
+    from tests.factories import TaskFactory, api_client_for
+
+    user = _member(workspace)
+    runs = []
+    for _ in range(3):
+        task = TaskFactory(workspace=workspace, repository=repository)
+        runs.append(Run.objects.create(task=task, run_no=1))
+        with transaction.atomic():
+            event_record(task=task, run=runs[-1], type="agent.run.progress", data={"n": 1})
+    api = api_client_for(user)
+    pages = ["/api/runs/", "/api/runs/?limit=2&offset=1", f"/api/runs/{runs[0].pk}/events/"]
+    answers = []
+    for prepared in (False, True):
+        settings.DATABASE_PREPARED_STATEMENTS = prepared
+        if not prepared:
+            before = set(_prepared())
+        answers.append([api.get(page).json() for page in pages])
+        if not prepared:
+            assert set(_prepared()) == before
+    assert answers[0] == answers[1]
+    assert answers[0][0]["count"] == 3 and len(answers[0][1]["results"]) == 2
+    assert any("plan_cache_mode" in s for s in _prepared())
