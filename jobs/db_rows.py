@@ -82,9 +82,12 @@ def execute_together(parts: Sequence[tuple[str, Sequence[Any]]]) -> tuple[Any, .
         return cursor.fetchone() if _returns_rows(cursor.cursor) else None
 
 
-def fetchone_generic(text: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
-    """The first row of ``text``, a fixed statement (see ``cursor_prepared``) run on its
-    generic plan: for a statement whose best plan is the same whatever its parameters.
+def fetchone_prepared(
+    text: str, params: Sequence[Any], *, generic_plan: bool = False
+) -> tuple[Any, ...] | None:
+    """The first row of ``text``, a fixed statement sent as ``cursor_prepared`` sends it;
+    with ``generic_plan``, run on its generic plan: for a statement whose best plan is
+    the same whatever its parameters.
 
     PostgreSQL plans a prepared statement for its values five times, then keeps its
     generic plan only if that one's estimate is no dearer. The generic plan estimates a
@@ -92,14 +95,14 @@ def fetchone_generic(text: str, params: Sequence[Any]) -> tuple[Any, ...] | None
     page looked several times dearer than the plan made for its values, and PostgreSQL
     planned it anew on every request (a third of the list's database time over 100,000
     runs) although both plans were the same. ``plan_cache_mode`` is set for the
-    statement's transaction only: the round trip's own outside ``atomic()``, else the
-    block's.
+    statement's transaction only, in the same round trip: the round trip's own outside
+    ``atomic()``, else the block's.
     """
-    if not _preparing():
-        with _connection().cursor() as cursor:
-            cursor.execute(text, params)
-            return cursor.fetchone()  # type: ignore[no-any-return]
-    return execute_together([(_GENERIC_PLAN, ()), (text, params)])
+    if generic_plan and _preparing():
+        return execute_together([(_GENERIC_PLAN, ()), (text, params)])
+    with cursor_prepared() as cursor:
+        cursor.execute(text, params)
+        return cursor.fetchone()  # type: ignore[no-any-return]
 
 
 _GENERIC_PLAN = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"

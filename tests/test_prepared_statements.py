@@ -9,14 +9,15 @@ are the same either way, and ``DATABASE_PREPARED_STATEMENTS=0`` sends them as te
 from __future__ import annotations
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from rest_framework.test import APIClient
 
 from agentplatform.api.auth import api_token_issue, api_token_resolve
 from agentplatform.api.selectors import repository_of_member
 from jobs.db_rows import cursor_prepared
-from runs.models import Membership
-from tests.factories import UserFactory
+from runs.models import Membership, Run
+from runs.timeline import event_record
+from tests.factories import TaskFactory, UserFactory, api_client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -88,12 +89,6 @@ def test_a_prepared_statement_error_is_django_s(workspace):
 def test_the_reads_answer_alike_with_prepared_statements_off(settings, workspace, repository):
     """The runs list (on its generic plan when prepared) and a run's timeline: the same
     pages either way, and nothing prepared, not even the plan setting, when off."""
-    from django.db import transaction
-
-    from runs.models import Run
-    from runs.timeline import event_record
-    from tests.factories import TaskFactory, api_client_for
-
     user = _member(workspace)
     runs = []
     for _ in range(3):

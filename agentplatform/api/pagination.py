@@ -20,7 +20,7 @@ from rest_framework.utils.urls import replace_query_param
 
 from agentplatform.api.renderers import JSONFragment
 from agentplatform.api.rows import ListRows
-from jobs.db_rows import cursor_prepared, fetchone_generic
+from jobs.db_rows import cursor_prepared, fetchone_prepared
 
 
 class LimitOffsetPagination(pagination.LimitOffsetPagination):
@@ -106,13 +106,11 @@ class LimitOffsetPagination(pagination.LimitOffsetPagination):
         limit = self.limit or 0
         bound = self.offset + limit + self.count_lookahead
         if compiled.json_sql is not None and _in_utc():
-            params = [*scope, bound, *scope, limit, self.offset]
-            if compiled.generic_plan:
-                row = fetchone_generic(compiled.json_sql, params)
-            else:
-                with cursor_prepared() as cursor:
-                    cursor.execute(compiled.json_sql, params)
-                    row = cursor.fetchone()
+            row = fetchone_prepared(
+                compiled.json_sql,
+                [*scope, bound, *scope, limit, self.offset],
+                generic_plan=compiled.generic_plan,
+            )
             assert row is not None  # one row: the count and the page
             self.count, text = row
             self._page_controls()
@@ -154,7 +152,7 @@ class CompiledList:
 
     ``generic_plan``: the statements' best plan is the same whatever the scope's values
     (as for one workspace, a range of an index in the list's order), so they run on
-    their generic plan (``fetchone_generic``) instead of being planned for each request.
+    their generic plan (``fetchone_prepared``) instead of being planned for each request.
     """
 
     page_sql: str
