@@ -341,6 +341,14 @@ WORK_DRAIN_PARALLEL = _env_value("WORK_DRAIN_PARALLEL", int, 4)
 # Wake-ups of new items sent from a thread of their own, several requests' in one round
 # trip (the web entry point turns it on).
 WORK_WAKE_BATCHED = _env_value("WORK_WAKE_BATCHED", bool, False)
+# Retention (jobs.retention): published outbox rows, consumers' receipts and finished
+# work items are deleted after this many days, processed webhook receipts after theirs;
+# 0 keeps them for good. A sweep deletes in batches of RETENTION_BATCH rows for at most
+# RETENTION_SWEEP_SECONDS.
+OUTBOX_RETENTION_DAYS = _env_value("OUTBOX_RETENTION_DAYS", float, 14.0)
+WEBHOOK_RECEIPT_RETENTION_DAYS = _env_value("WEBHOOK_RECEIPT_RETENTION_DAYS", float, 30.0)
+RETENTION_BATCH = _env_value("RETENTION_BATCH", int, 2000)
+RETENTION_SWEEP_SECONDS = _env_value("RETENTION_SWEEP_SECONDS", float, 20.0)
 EVENT_CONSUMER_MAX_RETRIES = _env_value("EVENT_CONSUMER_MAX_RETRIES", int, 5)
 EVENT_CONSUMER_RETRY_BASE_SECONDS = _env_value("EVENT_CONSUMER_RETRY_BASE_SECONDS", float, 2.0)
 # Outgoing HTTP subscriptions: attempts before a delivery is dead-lettered.

@@ -17,6 +17,9 @@ class JobsConfig(AppConfig):
 
         post_migrate.connect(schedules_after_migrate, sender=self)
         schedule_register(Schedule("work sweep", "jobs.work_sweep", 10))
+        schedule_register(Schedule("retention sweep", "jobs.retention_sweep", 300))
+        import jobs.retention  # noqa: F401  (registers the retentions of jobs' tables)
+
         work_kind_register(
             WorkKind(
                 name="event.consume",

@@ -84,3 +84,8 @@ subscription_deliveries = Counter(
     ["outcome"],
 )
 dead_letters = Counter("agent_dead_letters", "Jobs that became dead letters.", ["task"])
+retention_deleted = Counter(
+    "agent_retention_deleted_rows",
+    "Rows deleted by the retention sweep, by retention (jobs.retention).",
+    ["retention"],
+)

@@ -73,3 +73,14 @@ def work_sweep() -> int:
     from jobs.work import work_sweep as sweep
 
     return sweep().woken
+
+
+@shared_task(
+    name="jobs.retention_sweep", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
+)
+def retention_sweep() -> int:
+    """Delete delivery history past its retention; the next tick goes on where it ran out
+    of time."""
+    from jobs.retention import retention_sweep as sweep
+
+    return sum(sweep().deleted.values())

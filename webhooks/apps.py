@@ -22,3 +22,25 @@ class WebhooksConfig(AppConfig):
                 retry_max_seconds=300.0,
             )
         )
+        _retention_register()
+
+
+def _retention_register() -> None:
+    """Processed and ignored receipts go after ``WEBHOOK_RECEIPT_RETENTION_DAYS``; those
+    still to process or failed stay for the operator."""
+    from django.conf import settings
+    from django.db.models import Q
+
+    from jobs.retention import Retention, days_before, retention_register
+    from webhooks.models import WebhookReceipt
+
+    done = [WebhookReceipt.Status.PROCESSED, WebhookReceipt.Status.IGNORED]
+    retention_register(
+        Retention(
+            name="webhook_receipts",
+            model=WebhookReceipt,
+            cutoff=lambda now: days_before(now, settings.WEBHOOK_RECEIPT_RETENTION_DAYS),
+            expired=lambda cutoff: Q(status__in=done, received_at__lt=cutoff),
+            born="received_at",
+        )
+    )
