@@ -59,3 +59,23 @@ def test_a_deferred_submissions_replay_reads_its_deferral_by_the_partial_index()
     outcome = submission_outcome(submission=replay)
     assert outcome["status"] == Task.Status.DEFERRED
     assert "limit" in outcome["reason"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_keeps_the_outbox_writable_while_it_builds():
+    """A plain CREATE INDEX blocks every insert into the outbox (every step's and every
+    submission's) until it has read the whole table; CONCURRENTLY does not."""
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.db.migrations.loader import MigrationLoader
+
+    migration = MigrationLoader(connection).get_migration("jobs", "0007_outbox_deferred_index")
+    assert migration.atomic is False
+    out = StringIO()
+    call_command("sqlmigrate", "jobs", "0007", stdout=out)
+    statements = [
+        line for line in out.getvalue().splitlines() if line and not line.startswith("--")
+    ]
+    assert statements[0].startswith('CREATE INDEX CONCURRENTLY "outbox_deferred"'), statements
+    assert statements[1].startswith('DROP INDEX CONCURRENTLY IF EXISTS "outbox_partition"')

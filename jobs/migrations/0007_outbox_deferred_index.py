@@ -2,20 +2,25 @@
 
 from django.db import migrations, models
 
+from jobs.migration_operations import AddIndexConcurrently, RemoveIndexConcurrently
+
 
 class Migration(migrations.Migration):
+    # Built and dropped concurrently: the outbox stays writable however long it is.
+    atomic = False
 
     dependencies = [
         ('jobs', '0006_covered_foreign_keys_unindexed'),
     ]
 
     operations = [
-        migrations.RemoveIndex(
-            model_name='outboxevent',
-            name='outbox_partition',
-        ),
-        migrations.AddIndex(
+        # The new index first: the deferral lookup always has one.
+        AddIndexConcurrently(
             model_name='outboxevent',
             index=models.Index(condition=models.Q(('type', 'agent.task.deferred')), fields=['partition_key', 'id'], name='outbox_deferred'),
+        ),
+        RemoveIndexConcurrently(
+            model_name='outboxevent',
+            name='outbox_partition',
         ),
     ]
