@@ -150,8 +150,12 @@ def retention_sweep(
     now = now or timezone.now()
     deadline = time.monotonic() + max_seconds
     report = RetentionReport()
+    # Retentions that share a cutoff (the outbox's family) read it once per sweep.
+    cutoffs: dict[Callable[[datetime], datetime | None], datetime | None] = {}
     for retention in retentions_registered():
-        cutoff = retention.cutoff(now)
+        if retention.cutoff not in cutoffs:
+            cutoffs[retention.cutoff] = retention.cutoff(now)
+        cutoff = cutoffs[retention.cutoff]
         if cutoff is None:
             continue
         deleted, more = _prune(retention, cutoff=cutoff, batch=batch, deadline=deadline)
