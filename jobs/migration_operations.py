@@ -14,29 +14,27 @@ from django.contrib.postgres import operations as postgres
 from django.db.migrations.operations import AddIndex, RemoveIndex
 
 
-class AddIndexConcurrently(postgres.AddIndexConcurrently):
+class _ConcurrentlyOnPostgres:
+    """The concurrent operation on PostgreSQL, ``plain`` on any other database."""
+
+    plain: Any
+
     def database_forwards(self, app_label: str, schema_editor: Any, *states: Any) -> None:
         if schema_editor.connection.vendor == "postgresql":
-            super().database_forwards(app_label, schema_editor, *states)
+            super().database_forwards(app_label, schema_editor, *states)  # type: ignore[misc]
         else:
-            AddIndex.database_forwards(self, app_label, schema_editor, *states)
+            self.plain.database_forwards(self, app_label, schema_editor, *states)
 
     def database_backwards(self, app_label: str, schema_editor: Any, *states: Any) -> None:
         if schema_editor.connection.vendor == "postgresql":
-            super().database_backwards(app_label, schema_editor, *states)
+            super().database_backwards(app_label, schema_editor, *states)  # type: ignore[misc]
         else:
-            AddIndex.database_backwards(self, app_label, schema_editor, *states)
+            self.plain.database_backwards(self, app_label, schema_editor, *states)
 
 
-class RemoveIndexConcurrently(postgres.RemoveIndexConcurrently):
-    def database_forwards(self, app_label: str, schema_editor: Any, *states: Any) -> None:
-        if schema_editor.connection.vendor == "postgresql":
-            super().database_forwards(app_label, schema_editor, *states)
-        else:
-            RemoveIndex.database_forwards(self, app_label, schema_editor, *states)
+class AddIndexConcurrently(_ConcurrentlyOnPostgres, postgres.AddIndexConcurrently):
+    plain = AddIndex
 
-    def database_backwards(self, app_label: str, schema_editor: Any, *states: Any) -> None:
-        if schema_editor.connection.vendor == "postgresql":
-            super().database_backwards(app_label, schema_editor, *states)
-        else:
-            RemoveIndex.database_backwards(self, app_label, schema_editor, *states)
+
+class RemoveIndexConcurrently(_ConcurrentlyOnPostgres, postgres.RemoveIndexConcurrently):
+    plain = RemoveIndex

@@ -24,3 +24,10 @@ def query_plan(queryset: Any, params: Sequence[Any] = ()) -> str:
             cursor.execute(f"SET LOCAL {setting} = off")
         cursor.execute(f"EXPLAIN {sql}", params)
         return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def table_indexes(table: str) -> dict[str, str]:
+    """The indexes of ``table``: name -> definition (``pg_indexes``)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s", [table])
+        return dict(cursor.fetchall())

@@ -16,18 +16,13 @@ from jobs.models import OutboxEvent
 from runs.models import Task
 from runs.services import task_submit
 from tests.factories import RepositoryFactory
-from tests.query_plans import query_plan
+from tests.query_plans import query_plan, table_indexes
 
 pytestmark = pytest.mark.django_db
 
 
 def _indexes() -> dict[str, str]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s",
-            [OutboxEvent._meta.db_table],
-        )
-        return dict(cursor.fetchall())
+    return table_indexes(OutboxEvent._meta.db_table)
 
 
 def test_every_index_but_the_keys_is_partial():

@@ -8,21 +8,15 @@ run's events, the cascade when a run is deleted) go through the unique index.
 from __future__ import annotations
 
 import pytest
-from django.db import connection
 
 from runs.models import RunEvent
-from tests.query_plans import query_plan
+from tests.query_plans import query_plan, table_indexes
 
 pytestmark = pytest.mark.django_db
 
 
 def _indexes() -> dict[str, str]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s",
-            [RunEvent._meta.db_table],
-        )
-        return dict(cursor.fetchall())
+    return table_indexes(RunEvent._meta.db_table)
 
 
 def test_the_timeline_has_the_primary_key_and_the_unique_run_sequence_index_only():
