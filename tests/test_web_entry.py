@@ -11,16 +11,22 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from unittest import mock
 
 import httpx
 import pytest
 
-from agentplatform.asgi import streams
 from tests.conftest import web_server
 from tests.test_webhook_support import GITHUB_SECRET, github_headers
 from webhooks.models import WebhookReceipt
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+
+# The entry point sets its process's defaults (a connection pool, batched wake-ups) in
+# os.environ when imported. This process starts the tests' workers, which inherit its
+# environment and must run with a worker's own defaults.
+with mock.patch.dict("os.environ"):
+    from agentplatform.asgi import streams
 
 RUN = "0b9c3c0e-1d1a-4a52-9d2e-8a6b9f0c1d2e"
 
