@@ -33,12 +33,14 @@ def request_bytes(kind: str, args: argparse.Namespace) -> bytes:
             f"X-GitHub-Delivery: {uuid.uuid4()}\r\nX-GitHub-Hook-ID: 1\r\n"
             f"X-Hub-Signature-256: {signature}\r\n"
         )
-    elif kind == "submit":
+    elif kind in ("submit", "api-layer"):
+        # The same request to the endpoint and to its API layer over one INSERT.
+        path = "/api/tasks/" if kind == "submit" else "/bench/api-layer/"
         body = json.dumps(
             {"repository": args.repository, "instruction": "bench: do nothing"}
         ).encode()
         head = (
-            f"POST /api/tasks/ HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
             f"Authorization: Bearer {args.token}\r\nIdempotency-Key: {uuid.uuid4()}\r\n"
         )
     elif kind == "get":

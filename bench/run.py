@@ -907,10 +907,21 @@ class Bench:
         token = self.token()
         figures: dict[str, list[Any]] = {
             k: []
-            for k in ("webhook", "insert", "submit", "wsgi_insert", "webhook64", "runs", "events")
+            for k in (
+                "webhook",
+                "insert",
+                "submit",
+                "api_layer",
+                "wsgi_insert",
+                "webhook64",
+                "runs",
+                "events",
+            )
         }
         # Each figure's baseline: the one-INSERT view measured just before it.
-        figures.update({f"insert_{k}": [] for k in ("webhook", "submit", "runs", "events")})
+        figures.update(
+            {f"insert_{k}": [] for k in ("webhook", "submit", "api_layer", "runs", "events")}
+        )
         layout = self.args.layout
         run_path = self.reads_fixture()
         for rep in range(self.reps):
@@ -930,6 +941,7 @@ class Bench:
 
                 pair("webhook", "webhook", secret=GITHUB_SECRET, body_file=body)
                 pair("submit", "submit", token=token, repository=self.repository.pk)
+                pair("api_layer", "api-layer", token=token, repository=self.repository.pk)
                 figures["webhook64"].append(
                     self.load(port, "webhook", 64, seconds, secret=GITHUB_SECRET, body_file=body)
                 )
@@ -1004,6 +1016,15 @@ class Bench:
                 rps("insert_submit"),
                 base,
                 ">= 0.4",
+            )
+        )
+        self.table.add(
+            Figure(
+                "5.   its API layer over one INSERT",
+                "req/s",
+                rps("api_layer"),
+                rps("insert_api_layer"),
+                base,
             )
         )
         self.table.add(
