@@ -259,6 +259,21 @@ REDIS_URL = _env_value(
     CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else "redis://127.0.0.1:6379/0",
 )
 
+
+def _redis_database(url: str) -> int:
+    from redis.connection import parse_url
+
+    try:
+        return int(parse_url(url).get("db") or 0)
+    except ValueError:
+        return 0
+
+
+# Pub/sub channels are one namespace per Redis server, whatever the database: the live
+# views' channels carry REDIS_URL's database number, so deployments sharing a server on
+# database numbers of their own never wake each other's views.
+RUN_CHANNEL_PREFIX = f"agent.db{_redis_database(REDIS_URL)}.run."
+
 # The hot paths' fixed statements as server-side prepared statements (jobs.db_rows
 # cursor_prepared); 0 behind a pooler that does not keep them across transactions.
 DATABASE_PREPARED_STATEMENTS = _env_value("DATABASE_PREPARED_STATEMENTS", bool, True)

@@ -53,13 +53,12 @@ BATCH_SIZE = 500
 # Partitions claimed per batch: a run's events usually arrive a few at a time, so a
 # batch spans many partitions; the row limit still caps the batch.
 PARTITIONS_PER_BATCH = 250
-RUN_CHANNEL_PREFIX = "agent.run."
 _redis_clients: dict[str, Any] = {}
 
 
 def run_channel(run_id: str) -> str:
     """The pub/sub channel a live timeline listens on for one run."""
-    return f"{RUN_CHANNEL_PREFIX}{run_id}"
+    return f"{settings.RUN_CHANNEL_PREFIX}{run_id}"
 
 
 # Wake-up coalescing (Redis keys next to the broker's): "pending" says rows were committed

@@ -15,14 +15,18 @@ from typing import Any
 
 from django.conf import settings
 
-CHANNEL_PREFIX = "agent.run."
 logger = logging.getLogger("agentplatform.api")
 _client_lock = threading.Lock()
 _client: Any = None
 
 
+def channel_prefix() -> str:
+    """The start of every run's channel (``RUN_CHANNEL_PREFIX``: per Redis database)."""
+    return str(settings.RUN_CHANNEL_PREFIX)
+
+
 def run_channel(run_id: uuid.UUID | str) -> str:
-    return f"{CHANNEL_PREFIX}{run_id}"
+    return f"{channel_prefix()}{run_id}"
 
 
 def _redis() -> Any:
@@ -45,7 +49,7 @@ def run_announcement(*, run_id: uuid.UUID | str, sequence: int) -> tuple[str, st
 
 
 def run_events_announce(*, run_id: uuid.UUID | str, sequence: int) -> None:
-    """Publish ``{"run_id", "sequence"}`` on ``agent.run.<run_id>``; never raises."""
+    """Publish ``{"run_id", "sequence"}`` on the run's channel; never raises."""
     if settings.EMBEDDED:
         return
     try:

@@ -31,7 +31,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
 from agentplatform.api.auth import api_token_resolve, bearer_secret
 from agentplatform.api.errors import problem_json
-from agentplatform.api.notify import CHANNEL_PREFIX
+from agentplatform.api.notify import channel_prefix
 from agentplatform.api.scoping import workspace_ids_for
 from runs.models import Run, RunEvent
 from runs.state import TERMINAL
@@ -96,7 +96,8 @@ class RunEventHub:
             client = aioredis.Redis.from_url(settings.REDIS_URL)
             pubsub = client.pubsub()
             try:
-                await pubsub.psubscribe(f"{CHANNEL_PREFIX}*")
+                prefix = channel_prefix()
+                await pubsub.psubscribe(f"{prefix}*")
                 # Wait for the server's confirmation: from then on no announcement can
                 # slip between a stream's replay and its wait.
                 while True:
@@ -113,7 +114,7 @@ class RunEventHub:
                     channel = message["channel"]
                     if isinstance(channel, bytes):
                         channel = channel.decode()
-                    self._wake(channel[len(CHANNEL_PREFIX) :])
+                    self._wake(channel[len(prefix) :])
             except asyncio.CancelledError:
                 raise
             except Exception:
