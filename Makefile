@@ -24,8 +24,11 @@ demo: migrate
 serve: migrate
 	$(PY) manage.py serve
 
+# The suite runs in TEST_PROCESSES processes (pytest-xdist), each with a test database,
+# a Redis database and a directory of its own (tests/settings.py).
+TEST_PROCESSES ?= 2
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_PROCESSES)
 
 # The fault-injection suite: its own PostgreSQL, Redis, web, workers and beat
 # (README, Reliability). CHAOS_ARGS="--light" for the short subset.
