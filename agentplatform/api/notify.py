@@ -20,13 +20,9 @@ _client_lock = threading.Lock()
 _client: Any = None
 
 
-def channel_prefix() -> str:
-    """The start of every run's channel (``RUN_CHANNEL_PREFIX``: per Redis database)."""
-    return str(settings.RUN_CHANNEL_PREFIX)
-
-
 def run_channel(run_id: uuid.UUID | str) -> str:
-    return f"{channel_prefix()}{run_id}"
+    """The run's channel: ``RUN_CHANNEL_PREFIX`` (per Redis database) and its id."""
+    return f"{settings.RUN_CHANNEL_PREFIX}{run_id}"
 
 
 def _redis() -> Any:

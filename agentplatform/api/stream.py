@@ -31,7 +31,6 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
 from agentplatform.api.auth import api_token_resolve, bearer_secret
 from agentplatform.api.errors import problem_json
-from agentplatform.api.notify import channel_prefix
 from agentplatform.api.scoping import workspace_ids_for
 from runs.models import Run, RunEvent
 from runs.state import TERMINAL
@@ -96,7 +95,7 @@ class RunEventHub:
             client = aioredis.Redis.from_url(settings.REDIS_URL)
             pubsub = client.pubsub()
             try:
-                prefix = channel_prefix()
+                prefix = settings.RUN_CHANNEL_PREFIX
                 await pubsub.psubscribe(f"{prefix}*")
                 # Wait for the server's confirmation: from then on no announcement can
                 # slip between a stream's replay and its wait.
