@@ -53,7 +53,9 @@ def production_settings_check(app_configs: Any, **kwargs: Any) -> list[Error]:
     return errors
 
 
-@register(Tags.staticfiles)
+# Not under Tags.staticfiles: collectstatic runs that tag's checks before it writes the
+# manifest, and would warn about the very files it is about to collect.
+@register("console")
 def static_files_collected_check(app_configs: Any, **kwargs: Any) -> list[Warning]:
     """The console's pages name hashed static files from collectstatic's manifest; without
     it they fail to render, and the web process serves no styles."""

@@ -70,3 +70,26 @@ def test_uncollected_static_files_are_a_system_check_warning(settings: Any, tmp_
 
     (tmp_path / "staticfiles.json").write_text("{}")
     assert "agentplatform.W010" not in [m.id for m in run_checks()]
+
+
+def test_collectstatic_does_not_warn_about_the_files_it_collects(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    # The project's own settings: the test settings keep plain (unhashed) static storage.
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentplatform.settings",
+        "STATIC_ROOT": str(tmp_path / "static"),
+    }
+    done = subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "W010" not in done.stdout + done.stderr
+    assert (tmp_path / "static" / "staticfiles.json").exists()
