@@ -1289,6 +1289,7 @@ class Bench:
                     f"scale {size:,}: lease {statistics.median(lease):.2f} ms, "
                     f"admission {statistics.median(admit):.2f} ms"
                 )
+            wal = self.wal_per_submission(50 if self.tiny else 300)
         finally:
             dispatch.run_wake = original
         small, large = sizes[0], sizes[-1]
@@ -1314,6 +1315,85 @@ class Bench:
                 higher_is_better=False,
             )
         )
+        self.table.add(
+            Figure(
+                f"6. WAL per submission after a checkpoint, {large:,} finished runs",
+                "kB",
+                wal["wal"],
+                wal["wal_random"],
+                "same, random UUIDv4 ids",
+                higher_is_better=False,
+            )
+        )
+        self.table.add(
+            Figure(
+                f"6. submission after a checkpoint, {large:,} finished runs",
+                "ms",
+                wal["ms"],
+                wal["ms_random"],
+                "same, random UUIDv4 ids",
+                higher_is_better=False,
+            )
+        )
+
+    def wal_per_submission(self, count: int) -> dict[str, list[float]]:
+        """The WAL ``count`` submissions write right after a checkpoint, in kB per
+        submission, and their mean time in ms: with the platform's time-ordered ids and,
+        alternated with them, with random UUIDv4 ids (``jobs.ids`` made to hand out
+        ``uuid.uuid4``). The first change to a page after a checkpoint writes the whole
+        page; random keys change a page of every index they enter."""
+        import uuid
+
+        from django.db import connection
+
+        from jobs import ids
+        from runs.models import Run
+        from runs.services import task_submit
+
+        time_ordered = ids.uuid7
+        figures: dict[str, list[float]] = {
+            "wal": [],
+            "wal_random": [],
+            "ms": [],
+            "ms_random": [],
+        }
+        try:
+            for _ in range(self.reps):
+                for random_ids in (False, True):
+                    ids.uuid7 = uuid.uuid4 if random_ids else time_ordered
+                    with connection.cursor() as cursor:
+                        cursor.execute("CHECKPOINT")
+                        cursor.execute("SELECT pg_current_wal_lsn()")
+                        (start,) = cursor.fetchone()
+                    began = time.perf_counter()
+                    made = [
+                        task_submit(
+                            workspace=self.workspace,
+                            repository=self.repository,
+                            instruction="bench",
+                        ).run
+                        for _ in range(count)
+                    ]
+                    took = time.perf_counter() - began
+                    with connection.cursor() as cursor:
+                        cursor.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [start])
+                        (written,) = cursor.fetchone()
+                    suffix = "_random" if random_ids else ""
+                    figures["wal" + suffix].append(float(written) / count / 1024)
+                    figures["ms" + suffix].append(took / count * 1000)
+                    Run.objects.filter(pk__in=[run.pk for run in made if run]).update(
+                        status="cancelled"
+                    )
+        finally:
+            ids.uuid7 = time_ordered
+        say(
+            "after a checkpoint, per submission: "
+            f"{statistics.median(figures['wal']):.1f} kB of WAL and "
+            f"{statistics.median(figures['ms']):.2f} ms; with random ids "
+            f"{statistics.median(figures['wal_random']):.1f} kB and "
+            f"{statistics.median(figures['ms_random']):.2f} ms"
+        )
+        return figures
 
     # 7, 10: idle cost
 

@@ -7,6 +7,8 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
+from jobs.ids import new_id
+
 
 class OutboxEvent(models.Model):
     """A CloudEvent waiting to be published; written in the same transaction as its fact."""
@@ -14,7 +16,7 @@ class OutboxEvent(models.Model):
     # bigserial: the relay publishes a partition in id order, which is commit order for
     # rows of one run because each run's events are appended under its row lock.
     id = models.BigAutoField(primary_key=True)
-    event_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    event_id = models.UUIDField(default=new_id, unique=True, editable=False)
     type = models.CharField(max_length=100)
     partition_key = models.CharField(max_length=64)
     payload = models.JSONField()

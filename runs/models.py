@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import Q
 
 from jobs import tracing
+from jobs.ids import new_id
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -200,7 +201,7 @@ class Task(models.Model):
         CANCELLED = "cancelled"
         REJECTED = "rejected"
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
     workspace = models.ForeignKey(
         Workspace, on_delete=models.CASCADE, related_name="tasks", db_index=False
     )
@@ -288,7 +289,7 @@ class Run(models.Model):
         CANCELLED = "cancelled"
         TIMED_OUT = "timed_out"
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
     # No index of its own (as every foreign key a unique constraint or index starts with):
     # the unique (task, run_no) index serves lookups by task, and a second index cost an
     # index insert on every run and on every step that changes its status.
@@ -402,7 +403,7 @@ class Run(models.Model):
 class RunEvent(models.Model):
     """The timeline: facts about a run, gap-free and ordered by sequence_no."""
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
     # No index of its own: the unique (run, sequence_no) index serves every lookup by
     # run, and a second one cost an index insert per event.
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)

@@ -22,6 +22,7 @@ from django.utils import timezone
 from structlog.contextvars import bind_contextvars, get_contextvars
 
 from agentplatform.metrics import events_observe
+from jobs.ids import new_id
 from jobs.models import OutboxEvent
 from jobs.tracing import event_traceparent
 from runs.models import Run, RunEvent, Task
@@ -211,7 +212,7 @@ def events_prepare(
     """
     prepared = []
     for offset, event in enumerate(events):
-        event_id = uuid.uuid4()
+        event_id = new_id()
         sequence = sequences[offset] if run is not None else None
         prepared.append(
             PreparedEvent(
@@ -335,7 +336,7 @@ def system_event_record(
     *, type: str, data: Mapping[str, Any], partition_key: str, workspace_id: int | None = None
 ) -> OutboxEvent:
     """An event about the platform itself (not a task), e.g. a dead-lettered job."""
-    event_id = uuid.uuid4()
+    event_id = new_id()
     payload: dict[str, Any] = {
         "specversion": "1.0",
         "id": str(event_id),
