@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 
 from jobs import tracing
-from jobs.ids import new_id
+from jobs.ids import new_id, short_id
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -392,6 +392,11 @@ class Run(models.Model):
         if self.repository_id is None and self.task_id is not None:
             self.repository_id = self.task.repository_id
         super().save(*args, **kwargs)
+
+    @property
+    def short_id(self) -> str:
+        """The end of the id (its random part), as the console shows a run in a list."""
+        return short_id(self.id)
 
     @property
     def is_terminal(self) -> bool:

@@ -68,3 +68,15 @@ def test_platform_events_take_time_ordered_ids(db: Any) -> None:
     first = system_event_record(type="agent.job.dead_lettered", data={}, partition_key="x")
     second = system_event_record(type="agent.job.dead_lettered", data={}, partition_key="x")
     assert _increasing([first.event_id, second.event_id])
+
+
+def test_names_made_from_ids_differ_for_ids_of_the_same_millisecond() -> None:
+    from runs.models import Run, Task
+    from runs.steps.preparing import task_branch
+
+    made = [new_id() for _ in range(200)]
+    assert len({_moment(i) for i in made}) < len(made)  # several share a millisecond
+    branches = {task_branch(Task(id=i)) for i in made}
+    assert len(branches) == len(made)
+    assert all(b.startswith("agent/") and len(b) == len("agent/") + 12 for b in branches)
+    assert len({Run(id=i).short_id for i in made}) == len(made)

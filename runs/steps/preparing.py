@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from jobs.ids import short_id
 from runs.agent.sandbox import SandboxError
 from runs.agent.workspace import workspace_clone
 from runs.engine import Outcome, StepContext, StepFailed
-from runs.models import PullRequest
+from runs.models import PullRequest, Task
 from runs.steps.common import S, _setup
 
 
@@ -14,12 +15,17 @@ def step_queued(ctx: StepContext) -> Outcome:
     return Outcome(to=S.PREPARING)
 
 
+def task_branch(task: Task) -> str:
+    """The branch a task's first run pushes to (follow-ups push to its PR's branch)."""
+    return f"agent/{short_id(task.id, 12)}"
+
+
 def step_preparing(ctx: StepContext) -> Outcome:
     """Clone the repository; follow-ups start from the task's PR branch."""
     repository = ctx.repository
     pr = PullRequest.objects.filter(task=ctx.task).first()
     ref = ctx.task.target_branch or repository.default_branch
-    branch = pr.branch if pr else f"agent/{ctx.task.id.hex[:12]}"
+    branch = pr.branch if pr else task_branch(ctx.task)
     start_ref = f"origin/{branch}" if pr else f"origin/{ref}"
     ctx.check_cancelled()
     try:
