@@ -114,7 +114,7 @@ def test_operator_opens_a_run_and_reads_its_timeline(logged_in: Any, served: Any
     page = logged_in
 
     page.goto(f"{served.url}/admin/runs/run/?q={run.task.repository.name}")
-    page.click(f"text={str(run.id)[:8]}")
+    page.click(f"text={run.short_id}")
 
     page.wait_for_selector("#timeline")
     phases = page.locator("#timeline .console-phase h3").all_inner_texts()
