@@ -29,6 +29,7 @@ import contextlib
 import functools
 import json
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -56,8 +57,9 @@ PARTITIONS_PER_BATCH = 250
 _redis_clients: dict[str, Any] = {}
 
 
-def run_channel(run_id: str) -> str:
-    """The pub/sub channel a live timeline listens on for one run."""
+def run_channel(run_id: uuid.UUID | str) -> str:
+    """The pub/sub channel a live timeline listens on for one run: ``RUN_CHANNEL_PREFIX``
+    (it carries the Redis database's number) and the run's id."""
     return f"{settings.RUN_CHANNEL_PREFIX}{run_id}"
 
 

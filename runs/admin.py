@@ -28,7 +28,6 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from jobs.admin import OperatorAdmin, age_text, is_operator, pretty_json, since
-from jobs.ids import short_id
 from runs import services
 from runs.agent.budget import budget_used
 from runs.models import (
@@ -474,7 +473,7 @@ class RunAdmin(OperatorAdmin):
 
     @admin.display(description="run", ordering="created_at")
     def short_id(self, obj: Run) -> str:
-        return f"{short_id(obj.id)} #{obj.run_no}"
+        return f"{obj.short_id} #{obj.run_no}"
 
     @admin.display(description="status", ordering="status")
     def status_col(self, obj: Run) -> str:

@@ -15,14 +15,12 @@ from typing import Any
 
 from django.conf import settings
 
+# The channel the relay announces published events on: one name, built in one place.
+from jobs.relay import run_channel
+
 logger = logging.getLogger("agentplatform.api")
 _client_lock = threading.Lock()
 _client: Any = None
-
-
-def run_channel(run_id: uuid.UUID | str) -> str:
-    """The run's channel: ``RUN_CHANNEL_PREFIX`` (per Redis database) and its id."""
-    return f"{settings.RUN_CHANNEL_PREFIX}{run_id}"
 
 
 def _redis() -> Any:
