@@ -72,3 +72,27 @@ def static_files_collected_check(app_configs: Any, **kwargs: Any) -> list[Warnin
             id="agentplatform.W010",
         )
     ]
+
+
+@register(Tags.security)
+def throttle_rates_check(app_configs: Any, **kwargs: Any) -> list[Error]:
+    """A rate the throttles cannot read would fail every API request it applies to."""
+    from agentplatform.api.throttling import rate_item
+
+    errors: list[Error] = []
+    for name in ("API_THROTTLE_USER_RATE", "API_THROTTLE_TOKEN_RATE", "API_THROTTLE_ANON_RATE"):
+        rate = getattr(settings, name, "")
+        if not rate:
+            continue
+        try:
+            rate_item(rate)
+        except (ValueError, KeyError, IndexError, AssertionError):
+            errors.append(
+                Error(
+                    f"{name}={rate!r} is not a rate.",
+                    hint='Write "<n>/<second|minute|hour|day>" (e.g. 600/minute), or leave '
+                    "it empty to turn that throttle off.",
+                    id="agentplatform.E005",
+                )
+            )
+    return errors

@@ -546,6 +546,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 2_621_440)
 API_THROTTLE_USER_RATE = _env_value("API_THROTTLE_USER_RATE", str, "1200/minute")
 API_THROTTLE_TOKEN_RATE = _env_value("API_THROTTLE_TOKEN_RATE", str, "600/minute")
 API_THROTTLE_ANON_RATE = _env_value("API_THROTTLE_ANON_RATE", str, "120/minute")
+# Where the throttles count: one Redis for every web process and host, or (embedded
+# mode, one process) that process's memory. A limits storage URL.
+API_THROTTLE_STORAGE_URL = _env_value(
+    "API_THROTTLE_STORAGE_URL", str, "memory://" if EMBEDDED else REDIS_URL
+)
 # Server-Sent Events: keep-alive comment interval, client retry hint, and the size of
 # the per-process async connection pool that all open streams share.
 SSE_KEEPALIVE_SECONDS = _env_value("SSE_KEEPALIVE_SECONDS", float, 15.0)

@@ -58,6 +58,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _throttle_counts_fresh(request: pytest.FixtureRequest) -> None:
+    """Each test starts with no API request counted against a rate limit: the counts live
+    in Redis, which outlives a test (and a test run)."""
+    if request.node.get_closest_marker("no_services"):
+        return
+    from agentplatform.api.throttling import limiter
+
+    limiter().storage.reset()
+
+
 # --- repositories ---------------------------------------------------------------------------
 
 

@@ -1,30 +1,92 @@
 """Rate limits per user and per token (and per address for anonymous callers).
 
+The counts live where ``API_THROTTLE_STORAGE_URL`` says: Redis in production, so every
+web process (and every web host) counts against the same limit, or this process's
+memory in embedded mode (one process). Each check is one atomic round trip (the
+``limits`` library's sliding window counter), so concurrent requests cannot both take
+the last slot. When the storage cannot be reached the request is let through and the
+failure logged: an outage of the counts must not take the API down with it.
+
 Rates are read from settings on every request rather than captured at import, so an
-operator's change (or a test's override) applies without a restart of the class.
+operator's change (or a test's override) applies without a restart.
 """
 
 from __future__ import annotations
 
+import functools
+import time
 from typing import Any
 
+import structlog
 from django.conf import settings
+from limits import RateLimitItem, RateLimitItemPerSecond
+from limits.storage import storage_from_string
+from limits.strategies import RateLimiter, SlidingWindowCounterRateLimiter
 from rest_framework.request import Request
-from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
 
 from runs.models import ApiToken
 
+log = structlog.get_logger("agentplatform.api")
 
-class _SettingsRateThrottle(SimpleRateThrottle):
+KEY_PREFIX = "agentplatform:throttle"
+
+
+def limiter() -> RateLimiter:
+    """The throttles' limiter over ``API_THROTTLE_STORAGE_URL``."""
+    return _limiter(settings.API_THROTTLE_STORAGE_URL)
+
+
+@functools.cache
+def _limiter(url: str) -> RateLimiter:
+    """One limiter per storage URL per process (its Redis connections are pooled)."""
+    options: dict[str, Any] = {}
+    if url.startswith(("redis://", "rediss://")):
+        options = {"key_prefix": KEY_PREFIX, "socket_timeout": 1, "socket_connect_timeout": 1}
+    return SlidingWindowCounterRateLimiter(storage_from_string(url, **options))
+
+
+@functools.cache
+def rate_item(rate: str) -> RateLimitItem:
+    """``"<n>/<period>"`` as DRF reads it (``s``, ``m``, ``h``, ``d`` or any word that
+    starts so, e.g. ``120/minute``): n requests per that many seconds."""
+    count, seconds = SimpleRateThrottle.parse_rate(None, rate)  # type: ignore[arg-type]
+    assert count is not None and seconds is not None  # a rate was given
+    return RateLimitItemPerSecond(count, seconds)
+
+
+class _SettingsRateThrottle(BaseThrottle):
+    scope = ""
     setting_name = ""
 
     def __init__(self) -> None:
-        # SimpleRateThrottle reads its rate in __init__; do it from live settings.
-        self.rate = self.get_rate()
-        self.num_requests, self.duration = self.parse_rate(self.rate)
+        self._wait: float | None = None
 
-    def get_rate(self) -> str | None:
-        return getattr(settings, self.setting_name, None) or None
+    def ident_of(self, request: Request, view: Any) -> str | None:
+        """Whom this throttle counts the request against; None: not its concern."""
+        raise NotImplementedError
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        rate = getattr(settings, self.setting_name, None)
+        if not rate:
+            return True
+        ident = self.ident_of(request, view)
+        if ident is None:
+            return True
+        item = rate_item(rate)
+        counts = limiter()
+        try:
+            if counts.hit(item, self.scope, ident):
+                return True
+            reset_at = counts.get_window_stats(item, self.scope, ident).reset_time
+        except Exception:
+            log.warning("api.throttle_unavailable", scope=self.scope, exc_info=True)
+            return True
+        self._wait = max(1.0, reset_at - time.time())
+        return False
+
+    def wait(self) -> float | None:
+        return self._wait
 
 
 class UserRateThrottle(_SettingsRateThrottle):
@@ -33,10 +95,10 @@ class UserRateThrottle(_SettingsRateThrottle):
     scope = "user"
     setting_name = "API_THROTTLE_USER_RATE"
 
-    def get_cache_key(self, request: Request, view: Any) -> str | None:
+    def ident_of(self, request: Request, view: Any) -> str | None:
         if not request.user or not request.user.is_authenticated:
             return None
-        return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
+        return str(request.user.pk)
 
 
 class TokenRateThrottle(_SettingsRateThrottle):
@@ -45,17 +107,19 @@ class TokenRateThrottle(_SettingsRateThrottle):
     scope = "token"
     setting_name = "API_THROTTLE_TOKEN_RATE"
 
-    def get_cache_key(self, request: Request, view: Any) -> str | None:
+    def ident_of(self, request: Request, view: Any) -> str | None:
         if not isinstance(request.auth, ApiToken):
             return None
-        return self.cache_format % {"scope": self.scope, "ident": request.auth.pk}
+        return str(request.auth.pk)
 
 
 class AnonRateThrottle(_SettingsRateThrottle):
+    """Unauthenticated requests, per client address."""
+
     scope = "anon"
     setting_name = "API_THROTTLE_ANON_RATE"
 
-    def get_cache_key(self, request: Request, view: Any) -> str | None:
+    def ident_of(self, request: Request, view: Any) -> str | None:
         if request.user and request.user.is_authenticated:
             return None
-        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+        return self.get_ident(request)
