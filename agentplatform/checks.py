@@ -86,7 +86,7 @@ def throttle_rates_check(app_configs: Any, **kwargs: Any) -> list[Error]:
             continue
         try:
             rate_item(rate)
-        except (ValueError, KeyError, IndexError, AssertionError):
+        except (ValueError, KeyError, IndexError):
             errors.append(
                 Error(
                     f"{name}={rate!r} is not a rate.",

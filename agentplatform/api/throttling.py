@@ -22,6 +22,7 @@ from django.conf import settings
 from limits import RateLimitItem, RateLimitItemPerSecond
 from limits.storage import storage_from_string
 from limits.strategies import RateLimiter, SlidingWindowCounterRateLimiter
+from redis.exceptions import RedisError
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
 
@@ -51,7 +52,8 @@ def rate_item(rate: str) -> RateLimitItem:
     """``"<n>/<period>"`` as DRF reads it (``s``, ``m``, ``h``, ``d`` or any word that
     starts so, e.g. ``120/minute``): n requests per that many seconds."""
     count, seconds = SimpleRateThrottle.parse_rate(None, rate)  # type: ignore[arg-type]
-    assert count is not None and seconds is not None  # a rate was given
+    if count is None or seconds is None:  # DRF's answer to no rate at all
+        raise ValueError(f"not a rate: {rate!r}")
     return RateLimitItemPerSecond(count, seconds)
 
 
@@ -79,7 +81,7 @@ class _SettingsRateThrottle(BaseThrottle):
             if counts.hit(item, self.scope, ident):
                 return True
             reset_at = counts.get_window_stats(item, self.scope, ident).reset_time
-        except Exception:
+        except RedisError:  # the store unreachable or refusing: the counts are lost
             log.warning("api.throttle_unavailable", scope=self.scope, exc_info=True)
             return True
         self._wait = max(1.0, reset_at - time.time())
