@@ -551,6 +551,11 @@ API_THROTTLE_ANON_RATE = _env_value("API_THROTTLE_ANON_RATE", str, "120/minute")
 API_THROTTLE_STORAGE_URL = _env_value(
     "API_THROTTLE_STORAGE_URL", str, "memory://" if EMBEDDED else REDIS_URL
 )
+# How long a web process may answer from memory who an API token is and which
+# repositories its user may submit to (agentplatform/api/access_cache.py): PostgreSQL
+# notifies every change of tokens, users, memberships, repositories and workspaces, and
+# the memory is dropped when it does; this bounds an entry's age besides. 0 turns it off.
+API_ACCESS_CACHE_SECONDS = _env_value("API_ACCESS_CACHE_SECONDS", float, 60.0)
 # Server-Sent Events: keep-alive comment interval, client retry hint, and the size of
 # the per-process async connection pool that all open streams share.
 SSE_KEEPALIVE_SECONDS = _env_value("SSE_KEEPALIVE_SECONDS", float, 15.0)

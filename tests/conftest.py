@@ -67,6 +67,17 @@ def _throttle_counts_fresh(request: pytest.FixtureRequest) -> None:
     from agentplatform.api.throttling import limiter
 
     limiter().storage.reset()
+    request.getfixturevalue("_access_listener_stopped_at_end")
+
+
+@pytest.fixture(scope="session")
+def _access_listener_stopped_at_end(django_db_setup: Any) -> Iterator[None]:
+    """The API's access cache listens on a connection of its own to the test database;
+    it is closed before that database is dropped (set up after it, torn down before)."""
+    yield
+    from agentplatform.api.access_cache import listener_stop
+
+    listener_stop()
 
 
 # --- repositories ---------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""A submission is one lookup and one round trip: an admission lane, then one statement
-that counts the active runs and writes the task, its run and their events, one
-transaction; the task with its final status, the run's first sequence numbers taken by
-its INSERT, and a repeated Idempotency-Key found by its unique constraint."""
+"""A submission is one round trip, once its repository is remembered (one lookup
+before): an admission lane, then one statement that counts the active runs and writes
+the task, its run and their events, one transaction; the task with its final status,
+the run's first sequence numbers taken by its INSERT, and a repeated Idempotency-Key
+found by its unique constraint."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from agentplatform.api import access_cache
 from runs.models import Run, RunEvent, Task
 from runs.services import task_submit
 from runs.timeline import event_record
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,23 +34,43 @@ def _submit(api: APIClient, repository, key: str | None = None, instruction: str
     )
 
 
-def test_a_new_submission_is_one_lookup_and_one_batch(submitter) -> None:
-    api, repository = submitter
+def _submission_statements(api: APIClient, repository) -> list[str]:
     _submit(api, repository, key=str(uuid.uuid4()))  # warm
     with CaptureQueriesContext(connection) as queries:
         response = _submit(api, repository, key=str(uuid.uuid4()))
     assert response.status_code == 202
-    captured = [q["sql"] for q in queries.captured_queries]
-    assert [sql.split()[0].upper() for sql in captured] == [
-        "SELECT",  # the repository, among the caller's workspaces
-        # An admission lane, then the active runs of the workspace and of the repository
-        # (one scan) and the task, run, timeline and outbox rows: one batch, no BEGIN,
-        # no COMMIT.
-        "SELECT",
-    ], [sql[:100] for sql in captured]
-    lane, _, write = captured[1].partition("; ")
+    return [q["sql"] for q in queries.captured_queries]
+
+
+def _is_one_batch(write_batch: str) -> None:
+    lane, _, write = write_batch.partition("; ")
     assert "pg_try_advisory_xact_lock" in lane
     assert "SELECT COUNT(*)" in write and 'INSERT INTO "runs_task"' in write
+
+
+def test_a_new_submission_is_one_batch_once_its_repository_is_remembered(submitter) -> None:
+    api, repository = submitter
+    # The memory is used once this process's listener is confirmed.
+    wait_for(lambda: access_cache.generation() is not None, timeout=30, message="listener")
+    captured = _submission_statements(api, repository)
+    # An admission lane, then the active runs of the workspace and of the repository (one
+    # scan) and the task, run, timeline and outbox rows: one batch, no BEGIN, no COMMIT.
+    # The repository among the caller's workspaces is remembered (access_cache).
+    assert [sql.split()[0].upper() for sql in captured] == ["SELECT"], [
+        sql[:100] for sql in captured
+    ]
+    _is_one_batch(captured[0])
+
+
+def test_a_new_submission_is_one_lookup_and_one_batch(submitter, settings) -> None:
+    settings.API_ACCESS_CACHE_SECONDS = 0
+    api, repository = submitter
+    captured = _submission_statements(api, repository)
+    assert [sql.split()[0].upper() for sql in captured] == [
+        "SELECT",  # the repository, among the caller's workspaces
+        "SELECT",  # the batch
+    ], [sql[:100] for sql in captured]
+    _is_one_batch(captured[1])
 
 
 def test_a_submission_is_one_round_trip_and_one_transaction(submitter, settings) -> None:
@@ -173,10 +196,12 @@ def test_a_submissions_statements_are_prepared_once_and_reused(submitter) -> Non
     assert Task.objects.count() == 3
 
 
-def test_a_submissions_statements_are_not_planned_again_each_time(submitter) -> None:
+def test_a_submissions_statements_are_not_planned_again_each_time(submitter, settings) -> None:
     """After its first five runs PostgreSQL keeps a prepared statement's generic plan if
     it costs no more than the custom ones; a statement whose generic plan it priced too
-    high (the lane's, with the number of lanes a parameter) was planned on every run."""
+    high (the lane's, with the number of lanes a parameter) was planned on every run.
+    (The repository's lookup is sent every time here, not answered from memory.)"""
+    settings.API_ACCESS_CACHE_SECONDS = 0
     api, repository = submitter
     for n in range(12):
         assert _submit(api, repository, instruction=f"Fix it, number {n}").status_code == 202

@@ -16,6 +16,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 
+from agentplatform.api import access_cache
 from agentplatform.api.scoping import workspace_ids_remember, workspace_ids_sql
 from jobs.db_rows import cursor_prepared, instance_from_row
 from runs.models import ApiToken
@@ -40,12 +41,13 @@ def api_token_issue(*, user: User, name: str = "") -> tuple[ApiToken, str]:
 
 
 def api_token_revoke(*, token: ApiToken) -> bool:
-    """Revoke a token; False if it was already revoked."""
-    return bool(
-        ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
-            revoked_at=timezone.now()
-        )
+    """Revoke a token; False if it was already revoked. Refused from this process at
+    once on commit, from every other when PostgreSQL's notification reaches it."""
+    revoked = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
     )
+    access_cache.forget_all_on_commit()
+    return bool(revoked)
 
 
 def api_token_resolve(secret: str, *, with_workspaces: bool = False) -> ApiToken | None:
@@ -55,45 +57,72 @@ def api_token_resolve(secret: str, *, with_workspaces: bool = False) -> ApiToken
     response timing says nothing about how much of a guess was right. With
     ``with_workspaces`` the same statement reads the ids of the user's workspaces, which
     ``workspace_ids_for`` then answers from (see ``workspace_ids_remember``).
+
+    A token found is remembered by the hash of its secret (``access_cache``) until a
+    token or user changes; a secret that matches nothing is never remembered.
     """
     if not secret.startswith(TOKEN_PREFIX) or len(secret) > 200:
         return None
     digest = _hash(secret)
-    for token in _tokens_live(
-        prefix=secret[: len(TOKEN_PREFIX) + 8], with_workspaces=with_workspaces
-    ):
-        if hmac.compare_digest(token.key_hash, digest) and token.user.is_active:
-            now = timezone.now()
-            if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
-                ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-            return token
-    return None
-
-
-def _tokens_live(*, prefix: str, with_workspaces: bool = False) -> list[ApiToken]:
-    """Unrevoked tokens with this prefix, each with its user loaded (and, with
-    ``with_workspaces``, the user's workspace ids remembered on it).
-
-    Every authenticated request runs this lookup: one fixed statement (written once per
-    process), the rows built with ``from_db`` as the ORM builds them, instead of
-    compiling the same queryset (``select_related("user").filter(...)``) on every
-    request. It is a prepared statement (``cursor_prepared``): PostgreSQL planned it
-    in 0.17 ms and ran it in 0.05.
-    """
     # The array is PostgreSQL's; on SQLite (embedded) the scope is asked for on its own.
     with_workspaces = with_workspaces and connection.vendor == "postgresql"
-    sql, split, end = _tokens_live_sql(with_workspaces=with_workspaces)
+    key = ("token", digest, with_workspaces)
+    read_in = access_cache.generation()
+    row = access_cache.recall(key, read_in) if read_in is not None else None
+    if row is not None:
+        # Remembered under the hash of this very secret, from a row that matched it.
+        token = _token_from_row(row, with_workspaces=with_workspaces)
+    else:
+        prefix = secret[: len(TOKEN_PREFIX) + 8]
+        for row in _tokens_live(prefix=prefix, with_workspaces=with_workspaces):
+            token = _token_from_row(row, with_workspaces=with_workspaces)
+            if hmac.compare_digest(token.key_hash, digest) and token.user.is_active:
+                break
+        else:
+            return None
+        if read_in is not None:
+            access_cache.remember(key, row, read_in)
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
+        if read_in is not None:
+            # Remembered with the time just written, or each later request writes it.
+            values = list(row)
+            values[_LAST_USED_COLUMN] = now
+            access_cache.remember(key, tuple(values), read_in)
+    return token
+
+
+# Where ``last_used_at`` is in a row of ``_tokens_live``.
+_LAST_USED_COLUMN = [f.attname for f in ApiToken._meta.concrete_fields].index("last_used_at")
+
+
+def _tokens_live(*, prefix: str, with_workspaces: bool = False) -> list[tuple[Any, ...]]:
+    """The rows of the unrevoked tokens with this prefix, each with its user's columns
+    (and, with ``with_workspaces``, the ids of the user's workspaces) after its own.
+
+    Every authenticated request not answered from memory runs this lookup: one fixed
+    statement (written once per process), the rows built with ``from_db`` as the ORM
+    builds them (``_token_from_row``), instead of compiling the same queryset
+    (``select_related("user").filter(...)``) on every request. It is a prepared
+    statement (``cursor_prepared``): PostgreSQL planned it in 0.17 ms and ran it in 0.05.
+    """
+    sql, _, _ = _tokens_live_sql(with_workspaces=with_workspaces)
     with cursor_prepared() as cursor:
         cursor.execute(sql, [prefix])
-        rows = cursor.fetchall()
-    tokens = []
-    for row in rows:
-        token = instance_from_row(ApiToken, row[:split])
-        token.user = instance_from_row(User, row[split:end])
-        if with_workspaces:
-            workspace_ids_remember(token.user, row[end])
-        tokens.append(token)
-    return tokens
+        return list(cursor.fetchall())
+
+
+def _token_from_row(row: tuple[Any, ...], *, with_workspaces: bool) -> ApiToken:
+    """A token of ``_tokens_live``'s row, with its user loaded (and, with
+    ``with_workspaces``, the user's workspace ids remembered on it)."""
+    _, split, end = _tokens_live_sql(with_workspaces=with_workspaces)
+    token = instance_from_row(ApiToken, row[:split])
+    token.user = instance_from_row(User, row[split:end])
+    if with_workspaces:
+        workspace_ids_remember(token.user, row[end])
+    return token
 
 
 @functools.cache

@@ -40,7 +40,8 @@ def workspace_ids_remember(user: Any, ids: Any) -> None:
     changes nothing (GET, HEAD, OPTIONS), on the user object that request builds: its
     ``workspace_ids_for`` answers from them instead of asking again. No other request
     gets them, so one that adds or removes a membership never reads an answer from
-    before."""
+    before; the token's row with them may be remembered between requests
+    (``access_cache``), until a membership changes."""
     user.__dict__[_REMEMBERED] = tuple(ids)
 
 

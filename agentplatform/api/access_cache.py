@@ -1,0 +1,187 @@
+"""Who an API token is, and which repositories its user may submit to, remembered per
+process and forgotten the moment PostgreSQL says any of it changed.
+
+Every API request looks its token up, and every submission its repository among the
+caller's workspaces: round trips to PostgreSQL that give the same answer for the same
+caller until a token, a user, a membership, a repository or a workspace changes. Such a
+change fires a trigger (``runs`` migration 0019) that notifies ``CHANNEL`` when its
+transaction commits, whatever made it (the API, the admin, a shell, plain SQL). A
+listener thread in each process that uses this memory hears it and forgets everything:
+the generation moves on. A revoked token, a deactivated user or a removed member is
+refused from the moment the notification arrives, milliseconds after the commit.
+
+The memory is used only while the listener is known to be listening. It confirms its
+connection every ``CONFIRM_EVERY`` seconds, and the memory is ignored once
+``STALE_AFTER`` seconds pass without a confirmation (a lost connection, a stalled
+thread). When the listener (re)connects it starts a new generation: notifications sent
+while it was away are lost. An answer read from the database is remembered only if no
+notification arrived while it was being read: it is stored under the generation taken
+before the read, and an entry of an older generation is never returned. Inside a
+transaction the memory is not used at all, since the transaction may have changed what
+the database would answer.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Hashable
+from typing import Any
+
+import structlog
+from django.conf import settings
+from django.db import connection, connections, transaction
+
+log = structlog.get_logger("agentplatform.api")
+
+CHANNEL = "agentplatform_access"
+CONFIRM_EVERY = 1.0
+STALE_AFTER = 3.0
+# Bounds on what is remembered: entries expire after the setting's seconds even if no
+# change is heard, and the memory starts over once it holds this many.
+MAX_ENTRIES = 10_000
+
+_lock = threading.Lock()
+_entries: dict[Hashable, tuple[int, float, Any]] = {}
+_generation = 0
+_confirmed_at = -math.inf
+_listener_pid: int | None = None
+_listener: threading.Thread | None = None
+_stopping = threading.Event()
+
+
+def generation() -> int | None:
+    """The generation to read and remember under, or None when the memory may not be
+    used now (off, not PostgreSQL, inside a transaction, the listener not confirmed)."""
+    if not settings.API_ACCESS_CACHE_SECONDS or connection.vendor != "postgresql":
+        return None
+    if connection.in_atomic_block:
+        return None
+    if _listener_pid != os.getpid():
+        _listener_start()
+    if time.monotonic() - _confirmed_at > STALE_AFTER:
+        return None
+    return _generation
+
+
+def recall(key: Hashable, current: int) -> Any | None:
+    """What was remembered under ``key`` in the ``current`` generation and not expired."""
+    entry = _entries.get(key)
+    if entry is None or entry[0] != current or entry[1] < time.monotonic():
+        return None
+    return entry[2]
+
+
+def remember(key: Hashable, value: Any, read_in: int) -> None:
+    """Remember ``value``, read from the database in generation ``read_in``: kept only if
+    no change was heard since (the generation is still the same)."""
+    expires = time.monotonic() + settings.API_ACCESS_CACHE_SECONDS
+    with _lock:
+        if read_in != _generation:
+            return
+        if len(_entries) >= MAX_ENTRIES:
+            _entries.clear()
+        _entries[key] = (read_in, expires, value)
+
+
+def forget_all() -> None:
+    """Start a new generation: nothing remembered so far is returned again."""
+    global _generation
+    with _lock:
+        _generation += 1
+        _entries.clear()
+
+
+def forget_all_on_commit(**kwargs: Any) -> None:
+    """Start a new generation once the current transaction commits (at once outside
+    one): this process's own changes are not answered from memory even before their
+    notification arrives. A signal receiver, hence ``kwargs``."""
+    transaction.on_commit(forget_all, robust=True)
+
+
+def _signals_connect() -> None:
+    from django.contrib.auth import get_user_model
+    from django.db.models import signals
+
+    from runs.models import ApiToken, Membership, Repository, Workspace
+
+    for model in (ApiToken, get_user_model(), Membership, Repository, Workspace):
+        for signal in (signals.post_save, signals.post_delete):
+            signal.connect(
+                forget_all_on_commit, sender=model, dispatch_uid=f"access-cache-{model._meta.label}"
+            )
+
+
+_signals_connect()
+
+
+def _confirm() -> None:
+    global _confirmed_at
+    _confirmed_at = time.monotonic()
+
+
+def _unconfirm() -> None:
+    global _confirmed_at
+    _confirmed_at = -math.inf
+
+
+def _listener_start() -> None:
+    """Start this process's listener (once per process: a forked child starts its own)."""
+    global _listener_pid, _listener
+    with _lock:
+        if _listener_pid == os.getpid():
+            return
+        _listener_pid = os.getpid()
+        _entries.clear()
+    _unconfirm()
+    _stopping.clear()
+    params = connections["default"].get_connection_params()
+    for key in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(key, None)
+    _listener = threading.Thread(
+        target=_listen, args=(params,), name="access-cache-listener", daemon=True
+    )
+    _listener.start()
+
+
+def listener_stop(timeout: float = 10.0) -> None:
+    """Stop this process's listener and close its connection (before the database it
+    listens to is dropped); the next ``generation()`` starts another."""
+    global _listener_pid
+    _stopping.set()
+    _unconfirm()
+    if _listener is not None:
+        _listener.join(timeout)
+    _listener_pid = None
+
+
+def _listen(params: dict[str, Any]) -> None:
+    import psycopg
+
+    pause = 0.5
+    while not _stopping.is_set():
+        try:
+            with psycopg.connect(
+                **params, autocommit=True, application_name="agentplatform-access-listener"
+            ) as conn:
+                conn.execute(f"LISTEN {CHANNEL}")
+                # What changed while nobody listened was not heard: start over.
+                forget_all()
+                _confirm()
+                pause = 0.5
+                while not _stopping.is_set():
+                    for _ in conn.notifies(timeout=CONFIRM_EVERY):
+                        forget_all()
+                    # Any notification that came before this answer has been read above
+                    # or waits in the connection's backlog for the next round.
+                    conn.execute("SELECT 1")
+                    _confirm()
+        except Exception:
+            _unconfirm()
+            forget_all()
+            log.warning("api.access_cache_listener_lost", exc_info=True)
+            _stopping.wait(pause)
+            pause = min(pause * 2, 10.0)
+    _unconfirm()
