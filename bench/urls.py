@@ -28,9 +28,10 @@ def one_insert(request: HttpRequest) -> HttpResponse:
 
 
 class SubmissionApiLayer(TaskCollectionApi):
-    """``POST /api/tasks/`` up to ``task_submit``: the same authentication (the token's
-    lookup), permission, parsing and input validation (the repository's lookup among the
-    caller's workspaces), then the one INSERT instead of the submission. What the
+    """``POST /api/tasks/`` up to ``task_submit``: the same authentication (the token,
+    remembered after its first lookup), permission, parsing and input validation (the
+    repository among the caller's workspaces, remembered alike), then the one INSERT
+    instead of the submission. What the
     endpoint costs beyond it is admission and the durable records (task, run, events,
     outbox) and their wake-ups."""
 
