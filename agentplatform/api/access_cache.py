@@ -10,21 +10,24 @@ listener thread in each process that uses this memory hears it and forgets every
 the generation moves on. A revoked token, a deactivated user or a removed member is
 refused from the moment the notification arrives, milliseconds after the commit.
 
-The memory is used only while the listener is known to be listening. It confirms its
-connection every ``CONFIRM_EVERY`` seconds, and the memory is ignored once
-``STALE_AFTER`` seconds pass without a confirmation (a lost connection, a stalled
-thread). When the listener (re)connects it starts a new generation: notifications sent
-while it was away are lost. An answer read from the database is remembered only if no
-notification arrived while it was being read: it is stored under the generation taken
-before the read, and an entry of an older generation is never returned. Inside a
-transaction the memory is not used at all, since the transaction may have changed what
-the database would answer.
+The memory is used only while the listener is known to be hearing. Every
+``CONFIRM_EVERY`` seconds it notifies itself on a channel of its own and is confirmed
+when that notification comes back: PostgreSQL delivers notifications in commit order,
+so every change committed before the probe has been heard by then. The memory is
+ignored once ``STALE_AFTER`` seconds pass without a confirmation (a lost connection, a
+stalled thread, a pooler that does not pass notifications on). When the listener
+(re)connects it starts a new generation: notifications sent while it was away are lost.
+An answer read from the database is remembered only if no notification arrived while
+it was being read: it is stored under the generation taken before the read, and an
+entry of an older generation is never returned. Inside a transaction the memory is not
+used at all, since the transaction may have changed what the database would answer.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import secrets
 import threading
 import time
 from collections.abc import Hashable
@@ -37,6 +40,8 @@ from django.db import connection, connections, transaction
 log = structlog.get_logger("agentplatform.api")
 
 CHANNEL = "agentplatform_access"
+# The listener's own notification, sent to itself every ``CONFIRM_EVERY`` seconds.
+PROBE_CHANNEL = "agentplatform_access_probe"
 CONFIRM_EVERY = 1.0
 STALE_AFTER = 3.0
 # Bounds on what is remembered: entries expire after the setting's seconds even if no
@@ -161,23 +166,32 @@ def _listen(params: dict[str, Any]) -> None:
     import psycopg
 
     pause = 0.5
+    name = "agentplatform-access-listener"
     while not _stopping.is_set():
         try:
-            with psycopg.connect(
-                **params, autocommit=True, application_name="agentplatform-access-listener"
-            ) as conn:
+            with (
+                psycopg.connect(**params, autocommit=True, application_name=name) as conn,
+                psycopg.connect(**params, autocommit=True, application_name=name) as sender,
+            ):
                 conn.execute(f"LISTEN {CHANNEL}")
+                conn.execute(f"LISTEN {PROBE_CHANNEL}")
                 # What changed while nobody listened was not heard: start over.
                 forget_all()
-                _confirm()
                 pause = 0.5
                 while not _stopping.is_set():
-                    for _ in conn.notifies(timeout=CONFIRM_EVERY):
-                        forget_all()
-                    # Any notification that came before this answer has been read above
-                    # or waits in the connection's backlog for the next round.
-                    conn.execute("SELECT 1")
-                    _confirm()
+                    # Sent by another session, as every change is: a pooler that runs
+                    # the listening session's statements on a server connection of the
+                    # moment (PgBouncer's transaction mode) loses it as it would lose
+                    # them, and the memory is never trusted.
+                    probe = secrets.token_hex(8)
+                    sender.execute("SELECT pg_notify(%s, %s)", [PROBE_CHANNEL, probe])
+                    for notify in conn.notifies(timeout=CONFIRM_EVERY):
+                        if notify.channel != PROBE_CHANNEL:
+                            forget_all()
+                        elif notify.payload == probe:
+                            # Delivered after every change committed before it: all of
+                            # them have been heard.
+                            _confirm()
         except Exception:
             _unconfirm()
             forget_all()
