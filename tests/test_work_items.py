@@ -176,7 +176,12 @@ def test_a_handler_that_kills_its_worker_is_dead_lettered_as_poison(
     worker = start_worker("poison", queues="events", concurrency=1)
     (event_id,) = _turns(workspace, 1)
     outbox_drain()
-    item = WorkItem.objects.get(kind="event.consume", key=f"killer:{event_id}")
+    # The worker's own relay (it serves the events queue) may have claimed the event
+    # first: its work items then appear once that relay has published it.
+    item = wait_for(
+        lambda: WorkItem.objects.filter(kind="event.consume", key=f"killer:{event_id}").first(),
+        message="the killer's work item",
+    )
 
     letter = _sweep_until(
         lambda: DeadLetter.objects.filter(task_id=f"work:{item.pk}").first(),
