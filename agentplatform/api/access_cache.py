@@ -30,7 +30,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import structlog
@@ -89,6 +89,28 @@ def remember(key: Hashable, value: Any, read_in: int) -> None:
         if len(_entries) >= MAX_ENTRIES:
             _entries.clear()
         _entries[key] = (read_in, expires, value)
+
+
+def read_through(key: Hashable, read: Callable[[], Any | None]) -> Any | None:
+    """What is remembered under ``key``, or what ``read`` (a database lookup) answers,
+    then remembered if it found something and the memory may be used."""
+    read_in = generation()
+    value = recall(key, read_in) if read_in is not None else None
+    if value is None:
+        value = read()
+        if value is not None and read_in is not None:
+            remember(key, value, read_in)
+    return value
+
+
+def replace(key: Hashable, value: Any) -> None:
+    """Put ``value`` in place of what is remembered under ``key`` in the current
+    generation (nothing if there is none): the same row with bookkeeping this process
+    just wrote, which notifies nobody."""
+    with _lock:
+        entry = _entries.get(key)
+        if entry is not None and entry[0] == _generation:
+            _entries[key] = (entry[0], entry[1], value)
 
 
 def forget_all() -> None:

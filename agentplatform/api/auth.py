@@ -67,35 +67,37 @@ def api_token_resolve(secret: str, *, with_workspaces: bool = False) -> ApiToken
     # The array is PostgreSQL's; on SQLite (embedded) the scope is asked for on its own.
     with_workspaces = with_workspaces and connection.vendor == "postgresql"
     key = ("token", digest, with_workspaces)
-    read_in = access_cache.generation()
-    row = access_cache.recall(key, read_in) if read_in is not None else None
-    if row is not None:
-        # Remembered under the hash of this very secret, from a row that matched it.
-        token = _token_from_row(row, with_workspaces=with_workspaces)
-    else:
-        prefix = secret[: len(TOKEN_PREFIX) + 8]
+    prefix = secret[: len(TOKEN_PREFIX) + 8]
+
+    def matching_row() -> tuple[Any, ...] | None:
+        _, split, _ = _tokens_live_sql(with_workspaces=with_workspaces)
         for row in _tokens_live(prefix=prefix, with_workspaces=with_workspaces):
-            token = _token_from_row(row, with_workspaces=with_workspaces)
-            if hmac.compare_digest(token.key_hash, digest) and token.user.is_active:
-                break
-        else:
-            return None
-        if read_in is not None:
-            access_cache.remember(key, row, read_in)
+            if hmac.compare_digest(row[_KEY_HASH_COLUMN], digest) and row[split + _ACTIVE_COLUMN]:
+                return row
+        return None
+
+    # Remembered under the hash of this very secret, from a row that matched it.
+    row = access_cache.read_through(key, matching_row)
+    if row is None:
+        return None
+    token = _token_from_row(row, with_workspaces=with_workspaces)
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now
-        if read_in is not None:
-            # Remembered with the time just written, or each later request writes it.
-            values = list(row)
-            values[_LAST_USED_COLUMN] = now
-            access_cache.remember(key, tuple(values), read_in)
+        # Remembered with the time just written, or each later request writes it.
+        values = list(row)
+        values[_LAST_USED_COLUMN] = now
+        access_cache.replace(key, tuple(values))
     return token
 
 
-# Where ``last_used_at`` is in a row of ``_tokens_live``.
-_LAST_USED_COLUMN = [f.attname for f in ApiToken._meta.concrete_fields].index("last_used_at")
+# Where a token's ``key_hash`` and ``last_used_at`` are in a row of ``_tokens_live``, and
+# the user's ``is_active`` among the user's columns (plain values: no converter).
+_TOKEN_COLUMNS = [f.attname for f in ApiToken._meta.concrete_fields]
+_KEY_HASH_COLUMN = _TOKEN_COLUMNS.index("key_hash")
+_LAST_USED_COLUMN = _TOKEN_COLUMNS.index("last_used_at")
+_ACTIVE_COLUMN = [f.attname for f in User._meta.concrete_fields].index("is_active")
 
 
 def _tokens_live(*, prefix: str, with_workspaces: bool = False) -> list[tuple[Any, ...]]:

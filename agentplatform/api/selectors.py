@@ -35,18 +35,16 @@ def repository_of_member(*, user: Any, repository_id: int) -> Repository | None:
     if not low <= repository_id <= high:  # as the ORM: out of range matches nothing
         return None
     sql, split = _repository_of_member_sql()
-    # Remembered until a membership, repository or workspace changes (access_cache).
-    key = ("repository", user.pk, repository_id)
-    read_in = access_cache.generation()
-    row = access_cache.recall(key, read_in) if read_in is not None else None
-    if row is None:
+
+    def read() -> tuple[Any, ...] | None:
         with cursor_prepared() as cursor:
             cursor.execute(sql, [repository_id, user.pk])
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        if read_in is not None:
-            access_cache.remember(key, row, read_in)
+            return cursor.fetchone()  # type: ignore[no-any-return]
+
+    # Remembered until a membership, repository or workspace changes (access_cache).
+    row = access_cache.read_through(("repository", user.pk, repository_id), read)
+    if row is None:
+        return None
     repository = instance_from_row(Repository, row[:split])
     repository.workspace = instance_from_row(Workspace, row[split:])
     return repository
