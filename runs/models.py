@@ -524,6 +524,30 @@ class WorkspaceSpend(models.Model):
         return f"{self.workspace_id} {self.day}: ${self.cost_usd}"
 
 
+class ActiveRunCount(models.Model):
+    """Active runs of a workspace (``repository_id`` 0) or of one of its repositories: the
+    sum of the rows of every ``stripe``. What admission reads on PostgreSQL, in place of a
+    scan of the active runs that grew with their number.
+
+    Written only by the triggers on runs (migration 0020), in the transaction that inserts
+    a run, moves it between an active and a terminal status or deletes it, so the sum at
+    any snapshot is the count of the active runs at that snapshot. A submission that holds
+    an admission lane adds to its lane's stripe, which nobody else holding a lane of the
+    workspace writes; other writers add to a stripe of their backend's, so concurrent
+    submissions and run ends do not wait on one row. No foreign keys: the rows of a
+    deleted workspace are left at zero.
+    """
+
+    pk = models.CompositePrimaryKey("workspace_id", "repository_id", "stripe")
+    workspace_id = models.BigIntegerField()
+    repository_id = models.BigIntegerField()
+    stripe = models.SmallIntegerField()
+    runs = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.workspace_id}/{self.repository_id}/{self.stripe}: {self.runs}"
+
+
 class ToolCall(models.Model):
     class Status(models.TextChoices):
         REQUESTED = "requested"

@@ -34,6 +34,7 @@ from runs import dispatch
 from runs.logs import log
 from runs.models import (
     RUN_TERMINAL_STATUSES,
+    ActiveRunCount,
     Approval,
     Membership,
     Repository,
@@ -125,9 +126,9 @@ def _admission_counted(workspace: Workspace, repository: Repository) -> dict[str
     # workspace's, its count never refuses what the workspace's count let through, and
     # the workspace's alone is read.
     repository_decides = repository.max_active_runs < workspace.max_active_runs
-    # The count stops at the workspace's limit: a count that reaches it refuses whatever
-    # the margin, and below it both counts are exact, so admission answers as with the
-    # full counts.
+    # A scan of the active runs (see _admission_counts) stops at the workspace's limit: a
+    # count that reaches it refuses whatever the margin, and below it both counts are
+    # exact, so admission answers as with the full counts.
     return {
         "workspace_id": workspace.pk,
         "repository_id": repository.pk if repository_decides else None,
@@ -152,17 +153,16 @@ def _admission_counts(
     cap: int = _UNCAPPED,
     lane: bool = False,
 ) -> tuple[int, int, Decimal]:
-    """Active runs of the workspace and, among them, of the repository (one scan, which
-    stops after ``cap`` runs of the workspace) and, with ``spend``, the workspace's spend
-    today (``workspace_spend_today``), read by one statement (one snapshot). Without
-    ``repository_id`` the repository's count is 0.
+    """Active runs of the workspace and, among them, of the repository and, with
+    ``spend``, the workspace's spend today (``workspace_spend_today``), read by one
+    statement (one snapshot). Without ``repository_id`` the repository's count is 0.
 
-    Below the cap both counts are exact; at the cap the workspace is full, whatever the
-    repository's count. The scan reads the run_active index (the workspace and the
-    repository each run carries) in its order, so it costs up to ``cap`` index entries
-    however many runs are queued; ordered, PostgreSQL cannot prefer a sequential scan
-    that hopes to meet the workspace's runs early. Every submission counts: a fixed
-    statement, not a queryset built each time.
+    On PostgreSQL the counts are the sums of the workspace's and the repository's rows in
+    ``ActiveRunCount``, which triggers on runs keep in the transactions that change them:
+    a few rows, however many runs are active. Elsewhere they are a scan of the active
+    runs that stops after ``cap`` runs of the workspace: below the cap both counts are
+    exact; at the cap the workspace is full, whatever the repository's count. Every
+    submission counts: a fixed statement, not a queryset built each time.
 
     ``lane``: take an admission lane of the workspace first, in the same round trip. The
     count is a statement of its own after it, so its snapshot is taken once the lane is
@@ -183,6 +183,11 @@ def _admission_counts(
     return int(in_workspace), int(in_repository), Decimal(spent or 0)
 
 
+def _counted_by_triggers() -> bool:
+    """Whether the active runs are counted in ``ActiveRunCount`` (PostgreSQL)."""
+    return connection.vendor == "postgresql"
+
+
 def _admission_counts_params(
     *, workspace_id: int, repository_id: int | None, spend: bool, cap: int
 ) -> list[Any]:
@@ -190,18 +195,20 @@ def _admission_counts_params(
     params: list[Any] = [] if repository_id is None else [repository_id]
     if spend:
         params += [workspace_id, timezone.now().astimezone(UTC).date()]
+    if _counted_by_triggers():
+        return [*params, workspace_id, *([] if repository_id is None else [repository_id])]
     return [*params, workspace_id, cap]
 
 
-@functools.cache
 def _admission_counts_sql(spend: bool, per_repository: bool) -> str:
+    """The statement of ``_admission_counts``: its parameters ``_admission_counts_params``."""
+    return _admission_counts_text(spend, per_repository, _counted_by_triggers())
+
+
+@functools.cache
+def _admission_counts_text(spend: bool, per_repository: bool, by_triggers: bool) -> str:
     quote = connection.ops.quote_name
-    run = quote(Run._meta.db_table)
     repository = quote("repository_id")
-    # Active: not terminal, in the words of the run_active index's condition (the same
-    # values in the same order), which PostgreSQL then matches without a proof.
-    terminal = ", ".join(f"'{status}'" for status in RUN_TERMINAL_STATUSES)  # our enum values
-    in_repository = f"COUNT(*) FILTER (WHERE {repository} = %s)" if per_repository else "0"
     spent = "NULL"
     if spend:
         # As workspace_spend_today reads it: the row of the workspace's current UTC day.
@@ -210,6 +217,29 @@ def _admission_counts_sql(spend: bool, per_repository: bool) -> str:
             f"(SELECT {quote('cost_usd')} FROM {table}"  # noqa: S608 - names are ours
             f" WHERE {quote('workspace_id')} = %s AND {quote('day')} = %s)"
         )
+    if by_triggers:
+        # The workspace's rows (repository 0) and, when asked, the repository's: read
+        # through the primary key (workspace, repository, stripe), a range for each.
+        counts = quote(ActiveRunCount._meta.db_table)
+        runs = quote("runs")
+        in_repository = (
+            f"COALESCE(SUM({runs}) FILTER (WHERE {repository} = %s), 0)" if per_repository else "0"
+        )
+        repositories = "IN (0, %s)" if per_repository else "= 0"
+        in_workspace = (
+            f"COALESCE(SUM({runs}) FILTER (WHERE {repository} = 0), 0)"
+            if per_repository
+            else f"COALESCE(SUM({runs}), 0)"
+        )
+        return (
+            f"SELECT {in_workspace}, {in_repository}, {spent} FROM {counts}"  # noqa: S608
+            f" WHERE {quote('workspace_id')} = %s AND {repository} {repositories}"
+        )
+    run = quote(Run._meta.db_table)
+    # Active: not terminal, in the words of the run_active index's condition (the same
+    # values in the same order), which PostgreSQL then matches without a proof.
+    terminal = ", ".join(f"'{status}'" for status in RUN_TERMINAL_STATUSES)  # our enum values
+    in_repository = f"COUNT(*) FILTER (WHERE {repository} = %s)" if per_repository else "0"
     return (
         f"SELECT COUNT(*), {in_repository}, {spent}"  # noqa: S608 - names are ours
         f" FROM (SELECT {repository} FROM {run}"
@@ -247,6 +277,8 @@ def _budget_spent(budget: Decimal) -> str:
 # lane, so the limit holds. Near a limit (or on SQLite) the submission takes every lane
 # and the workspace row instead: the exact check, one at a time.
 _LANE_KEY = 0x61640000  # advisory-lock key space: (lane key + lane, workspace id)
+# The transaction's lane, for the triggers of migration 0020 (ActiveRunCount's stripes).
+LANE_SETTING = "agentplatform.admission_lane"
 
 
 class _NearLimit(Exception):
@@ -273,20 +305,23 @@ def _lock_workspace(workspace_id: int) -> Workspace:
 def _lane_take_sql(workspace_id: int) -> tuple[str, list[Any]]:
     """The statement that holds one admission lane of the workspace until the transaction
     ends: the first free lane, tried in random order, or, with every lane busy, a wait
-    for a random one. It answers the lane taken (-1 after a wait)."""
+    for a random one. It answers the lane taken, and records it for the transaction as
+    ``agentplatform.admission_lane``: the triggers that count active runs add this
+    transaction's to the lane's stripe (see ``ActiveRunCount``)."""
     lanes = int(_lanes())
     key = workspace_id % 2**31
+    waited = random.randrange(lanes)
     return (
         # MATERIALIZED keeps the try-lock out of the lane list (a pushed-down filter would
         # try, and take, every lane). COALESCE evaluates its second argument, the wait,
         # only when no lane was free. The number of lanes is in the text, not a parameter:
         # with it unknown PostgreSQL priced its generic plan for a thousand lanes and
         # planned the statement again on every submission.
-        "SELECT COALESCE((WITH lanes AS MATERIALIZED (SELECT lane FROM generate_series(0, "  # noqa: S608
-        f"{lanes - 1}) AS lane ORDER BY random()) SELECT lane FROM lanes"
-        " WHERE pg_try_advisory_xact_lock(%s + lane, %s) LIMIT 1),"
-        " (SELECT -1 FROM pg_advisory_xact_lock(%s + %s, %s)))",
-        [_LANE_KEY, key, _LANE_KEY, random.randrange(lanes), key],
+        f"SELECT set_config('{LANE_SETTING}', COALESCE((WITH lanes AS MATERIALIZED"  # noqa: S608
+        f" (SELECT lane FROM generate_series(0, {lanes - 1}) AS lane ORDER BY random())"
+        " SELECT lane FROM lanes WHERE pg_try_advisory_xact_lock(%s + lane, %s) LIMIT 1),"
+        " (SELECT %s::int FROM pg_advisory_xact_lock(%s + %s, %s)))::text, true)",
+        [_LANE_KEY, key, waited, _LANE_KEY, waited, key],
     )
 
 
