@@ -868,18 +868,27 @@ class Bench:
     def measure(
         self, port: int, kind: str, conns: int, seconds: float, **extra: Any
     ) -> tuple[dict, dict]:
-        """The one-INSERT view's window and then ``kind``'s, back to back, each after a
-        second of its requests on 4 connections, unmeasured.
+        """The one-INSERT view and ``kind`` taking turns on the same connections, a
+        slice of a second each, ``seconds`` of each in all, after a second of ``kind``'s
+        requests on 4 connections, unmeasured.
 
         The warm-up pays before the window what a process loads or prepares on its first
         request of a kind (an endpoint's code paths, each pooled connection's prepared
         statements), as the server's start-up warm-up pays it for the one-INSERT view.
-        Back to back, a figure and its baseline see the machine alike: this machine's
-        speed drifts by a third within a minute, more than any figure's difference."""
+        Taking turns, a figure and its baseline see the machine alike: this machine's
+        speed drifts by a third within a minute, more than any figure's difference, and
+        back-to-back windows of five seconds each measured it as much as the code."""
         warm = 0.3 if self.tiny else 1.0
         self.load(port, kind, conns=4, seconds=warm, **extra)
-        baseline = self.load(port, "insert", conns, seconds)
-        return baseline, self.load(port, kind, conns, seconds, **extra)
+        turns = self.load(
+            port,
+            f"insert,{kind}",
+            conns,
+            2 * seconds,
+            slice=0.25 if self.tiny else 1.0,
+            **extra,
+        )
+        return turns["by_kind"]["insert"], turns["by_kind"][kind]
 
     def token(self) -> str:
         from django.contrib.auth import get_user_model
@@ -918,7 +927,7 @@ class Bench:
                 "events",
             )
         }
-        # Each figure's baseline: the one-INSERT view measured just before it.
+        # Each figure's baseline: the one-INSERT view, taking turns with it (measure()).
         figures.update(
             {f"insert_{k}": [] for k in ("webhook", "submit", "api_layer", "runs", "events")}
         )
