@@ -28,6 +28,7 @@ from django.core.wsgi import get_wsgi_application
 from django.urls import URLResolver, get_resolver
 
 from agentplatform.celery import result_backend_load
+from agentplatform.startup import loaded_objects_freeze
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -78,3 +79,6 @@ async def application(scope: Scope, receive: Receive, send: Send) -> None:
         await wsgi_handler(scope, receive, send)  # type: ignore[arg-type]
     else:
         await asgi_handler(scope, receive, send)
+
+
+loaded_objects_freeze()

@@ -152,6 +152,15 @@ def _database_connections_tidy(sender: Any = None, **kwargs: Any) -> None:
 _CHECKS_OWN_CONNECTION = frozenset({"runs.step"})
 
 
+@signals.worker_init.connect
+@signals.worker_process_init.connect
+def _loaded_objects_freeze(**kwargs: Any) -> None:
+    # A worker's main process before it forks its pool, and each pool process.
+    from agentplatform.startup import loaded_objects_freeze
+
+    loaded_objects_freeze()
+
+
 @signals.worker_process_init.connect
 def _otel_after_fork(**kwargs: Any) -> None:
     # The batch exporter's thread does not survive the fork into a pool process.
