@@ -93,15 +93,16 @@ def request_fingerprint(payload: dict[str, Any]) -> str:
 
 
 def admission_check(
-    *, workspace: Workspace, repository: Repository, lane: bool = False
+    *, workspace: Workspace, repository: Repository, lane: bool = False, reserve: bool = True
 ) -> str | None:
     """Why a new run cannot start now, or None.
 
     Call under the workspace's exclusive admission lock (``_lock_workspace``), or with
     ``lane``: an admission lane is taken first, in the same round trip as the count
-    (``_lane_take_sql``), and one run per lane is kept in reserve.
+    (``_lane_take_sql``), and one run per lane is kept in reserve (none without
+    ``reserve``: the exact count, for a submission that only defers in a lane).
     """
-    margin = _lanes() if lane else 0
+    margin = _lanes() if lane and reserve else 0
     budget = workspace.daily_cost_budget_usd
     in_workspace, in_repository, spent = _admission_counts(
         **_admission_counted(workspace, repository), lane=lane
@@ -415,10 +416,13 @@ def task_submit(
     # Each way of admitting that cannot decide hands over to the next, stricter one: at
     # once (one round trip), in a lane, then alone under the exclusive lock.
     attempts: list[Any] = []
-    if _at_once():
+    admits_in_lane = _lanes_may_admit(workspace, repository)
+    if admits_in_lane and _at_once():
         attempts.append(_task_create_at_once)
     if _lanes():
-        attempts.append(functools.partial(_task_create, exclusive=False))
+        attempts.append(
+            functools.partial(_task_create, exclusive=False, admits_in_lane=admits_in_lane)
+        )
     attempts.append(functools.partial(_task_create, exclusive=True))
     # A repeated Idempotency-Key is found by its unique constraint: the insert below
     # fails and the original is returned, so a new key costs no lookup beforehand.
@@ -437,6 +441,20 @@ def task_submit(
                     return existing
             raise
     raise AssertionError("the exclusive admission path never raises _NearLimit")
+
+
+def _lanes_may_admit(workspace: Workspace, repository: Repository) -> bool:
+    """Whether a submission holding a lane could ever be admitted: one run per lane is
+    kept in reserve, so under a limit no larger than the number of lanes (the defaults:
+    10 for a workspace, 3 for a repository, 8 lanes) a lane admits nothing. Such a
+    submission skips the one-round-trip attempt, which could only write nothing, and
+    its lane only defers (on the exact count), handing one that fits to the exclusive
+    check at once."""
+    lanes = _lanes()
+    if not lanes or workspace.max_active_runs <= lanes:
+        return False
+    deciding = _admission_counted(workspace, repository)["repository_id"] is not None
+    return not deciding or repository.max_active_runs > lanes
 
 
 def _at_once() -> bool:
@@ -475,14 +493,22 @@ def _task_create(
     repository: Repository,
     exclusive: bool,
     fingerprint: str,
+    admits_in_lane: bool = True,
     **fields: Any,
 ) -> Submission:
-    """task_submit's transaction, under the exclusive admission lock or one lane."""
+    """task_submit's transaction, under the exclusive admission lock or one lane.
+
+    ``admits_in_lane`` false (``_lanes_may_admit``): the lane counts exactly and only
+    defers; a submission that fits is redone under the exclusive lock."""
     # The commit's wake-ups (the run's worker, the relay, live views) in one round trip.
     with redis_round.together(), transaction.atomic():
         ws = _lock_workspace(workspace.pk) if exclusive else workspace
-        refusal = admission_check(workspace=ws, repository=repository, lane=not exclusive)
-        if refusal is not None and not exclusive:
+        refusal = admission_check(
+            workspace=ws, repository=repository, lane=not exclusive, reserve=admits_in_lane
+        )
+        if refusal is None and not exclusive and not admits_in_lane:
+            raise _NearLimit()
+        if refusal is not None and not exclusive and admits_in_lane:
             # Deferring needs no exclusive lock: a task deferred on a count that is
             # already stale is seen by the re-admission that follows the run's end, which
             # takes every lane and so waits for this transaction. Only a submission that

@@ -215,3 +215,36 @@ def test_a_submissions_statements_are_not_planned_again_each_time(submitter, set
     assert len(plans) >= 3
     for statement, generic, custom in plans:
         assert custom <= 5 and generic >= 7, (statement[:60], generic, custom)
+
+
+def test_under_limits_no_larger_than_the_lanes_a_submission_takes_the_exact_check_at_once(
+    settings,
+) -> None:
+    """A lane keeps one run per lane in reserve: under the default limits (a repository
+    of 3, 8 lanes) it can admit nothing, and the one-round-trip attempt and the lane's
+    two counts only handed every submission on to the exclusive check. The lane now
+    counts once, exactly, and defers or hands on; admission still holds the limit."""
+    from tests.factories import RepositoryFactory, WorkspaceFactory
+
+    settings.ADMISSION_LANES = 8
+    workspace = WorkspaceFactory(max_active_runs=10)
+    repository = RepositoryFactory(workspace=workspace, max_active_runs=3)
+    statuses = []
+    for n in range(4):
+        with CaptureQueriesContext(connection) as queries:
+            submission = task_submit(
+                workspace=workspace, repository=repository, instruction=f"task {n}"
+            )
+        statuses.append(submission.task.status)
+        statements = [q["sql"] for q in queries.captured_queries]
+        lanes = [sql for sql in statements if "pg_try_advisory_xact_lock" in sql]
+        counts = [sql for sql in statements if '"runs_activeruncount"' in sql]
+        exclusive = [sql for sql in statements if "count(pg_advisory_xact_lock" in sql]
+        # One lane with its count (no one-round-trip attempt, no second count), then
+        # the exclusive check for a submission that fits, or the deferral in the lane.
+        assert len(lanes) == 1 and "INSERT" not in lanes[0], statements
+        fits = n < 3
+        assert len(exclusive) == int(fits), statements
+        assert len(counts) == 1 + int(fits), statements
+    assert statuses == ["running", "running", "running", "deferred"]
+    Run.objects.filter(task__repository=repository).update(status="cancelled")
