@@ -23,20 +23,29 @@ class Drift:
     counted: int
 
 
-def _active_sql() -> str:
-    terminal = ", ".join(f"'{status}'" for status in RUN_TERMINAL_STATUSES)  # our enum values
-    return f"NOT (status IN ({terminal}))"
+def counted_by_triggers() -> bool:
+    """Whether the database keeps the counts (PostgreSQL); elsewhere admission scans the
+    active runs."""
+    return connection.vendor == "postgresql"
+
+
+def active_condition_sql(status: str = "status") -> str:
+    """A run is active: not terminal, in the words of the run_active index's condition
+    (the same values in the same order), which PostgreSQL then matches without a
+    proof."""
+    terminal = ", ".join(f"'{s}'" for s in RUN_TERMINAL_STATUSES)  # our enum values
+    return f"NOT ({status} IN ({terminal}))"
 
 
 def recount(*, fix: bool = False) -> list[Drift]:
     """Where the stored counts differ from the active runs (PostgreSQL; nothing
     elsewhere). With ``fix`` the counts are rebuilt from the runs: the runs are locked
     against writes meanwhile (a few milliseconds per thousand active runs)."""
-    if connection.vendor != "postgresql":
+    if not counted_by_triggers():
         return []
     runs = connection.ops.quote_name(Run._meta.db_table)
     counts = connection.ops.quote_name(ActiveRunCount._meta.db_table)
-    active = _active_sql()
+    active = active_condition_sql()
     counted_sql = (
         f"SELECT workspace_id, 0, COUNT(*) FROM {runs} WHERE {active}"  # noqa: S608
         " GROUP BY workspace_id UNION ALL"

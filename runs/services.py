@@ -31,9 +31,9 @@ from jobs.db_rows import (
     update_sql,
 )
 from runs import dispatch
+from runs.active_runs import active_condition_sql, counted_by_triggers
 from runs.logs import log
 from runs.models import (
-    RUN_TERMINAL_STATUSES,
     ActiveRunCount,
     Approval,
     Membership,
@@ -184,11 +184,6 @@ def _admission_counts(
     return int(in_workspace), int(in_repository), Decimal(spent or 0)
 
 
-def _counted_by_triggers() -> bool:
-    """Whether the active runs are counted in ``ActiveRunCount`` (PostgreSQL)."""
-    return connection.vendor == "postgresql"
-
-
 def _admission_counts_params(
     *, workspace_id: int, repository_id: int | None, spend: bool, cap: int
 ) -> list[Any]:
@@ -196,14 +191,14 @@ def _admission_counts_params(
     params: list[Any] = [] if repository_id is None else [repository_id]
     if spend:
         params += [workspace_id, timezone.now().astimezone(UTC).date()]
-    if _counted_by_triggers():
+    if counted_by_triggers():
         return [*params, workspace_id, *([] if repository_id is None else [repository_id])]
     return [*params, workspace_id, cap]
 
 
 def _admission_counts_sql(spend: bool, per_repository: bool) -> str:
     """The statement of ``_admission_counts``: its parameters ``_admission_counts_params``."""
-    return _admission_counts_text(spend, per_repository, _counted_by_triggers())
+    return _admission_counts_text(spend, per_repository, counted_by_triggers())
 
 
 @functools.cache
@@ -237,14 +232,11 @@ def _admission_counts_text(spend: bool, per_repository: bool, by_triggers: bool)
             f" WHERE {quote('workspace_id')} = %s AND {repository} {repositories}"
         )
     run = quote(Run._meta.db_table)
-    # Active: not terminal, in the words of the run_active index's condition (the same
-    # values in the same order), which PostgreSQL then matches without a proof.
-    terminal = ", ".join(f"'{status}'" for status in RUN_TERMINAL_STATUSES)  # our enum values
     in_repository = f"COUNT(*) FILTER (WHERE {repository} = %s)" if per_repository else "0"
     return (
         f"SELECT COUNT(*), {in_repository}, {spent}"  # noqa: S608 - names are ours
         f" FROM (SELECT {repository} FROM {run}"
-        f" WHERE (NOT ({quote('status')} IN ({terminal})) AND {quote('workspace_id')} = %s)"
+        f" WHERE ({active_condition_sql(quote('status'))} AND {quote('workspace_id')} = %s)"
         f" ORDER BY {repository} LIMIT %s) AS active"
     )
 
@@ -506,9 +498,9 @@ def _task_create(
         refusal = admission_check(
             workspace=ws, repository=repository, lane=not exclusive, reserve=admits_in_lane
         )
-        if refusal is None and not exclusive and not admits_in_lane:
-            raise _NearLimit()
-        if refusal is not None and not exclusive and admits_in_lane:
+        if not exclusive and not admits_in_lane and refusal is None:
+            raise _NearLimit()  # it fits by the exact count: decided alone
+        if not exclusive and admits_in_lane and refusal is not None:
             # Deferring needs no exclusive lock: a task deferred on a count that is
             # already stale is seen by the re-admission that follows the run's end, which
             # takes every lane and so waits for this transaction. Only a submission that
