@@ -390,6 +390,26 @@ class Bench:
         if left:
             say(f"quiesce: marked done what earlier figures left: {left}")
 
+    def database_settle(self) -> None:
+        """Vacuum and analyse the database, as autovacuum would have done by the time the
+        next figure starts. It is off on machines like this one (on by default in
+        PostgreSQL): the dead rows of every earlier figure stayed, and no table was ever
+        analysed, so each figure planned and read against what the ones before it left.
+        """
+        from django.db import DatabaseError, connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("VACUUM (ANALYZE)")
+            # What was written in the last minutes PostgreSQL writes back to its files in
+            # a checkpoint paced over the next minutes (most of 5 by default), its writes
+            # and fsyncs sharing the disk with the commits timed next. One 1,000,000-run
+            # fill left lease acquisition 1.7x slower while that checkpoint ran. Flushed
+            # here, before any timing.
+            try:
+                cursor.execute("CHECKPOINT")
+            except DatabaseError as error:  # needs superuser or pg_checkpoint
+                say(f"CHECKPOINT refused ({error}); earlier writes may overlap timing")
+
     def teardown(self) -> None:
         self.procs.stop_all()
 
@@ -940,6 +960,7 @@ class Bench:
                 # ended. Left queued, they made every later repetition's admission count
                 # thousands more active runs than the first one's.
                 self.quiesce()
+                self.database_settle()
             with self.server(layout) as port:
 
                 def pair(name: str, kind: str, **extra: Any) -> None:
@@ -1077,7 +1098,7 @@ class Bench:
         completed, 12 % failed, 6 % cancelled, 2 % timed out; each with 2-9 of the
         template run's events and one published outbox row.
         """
-        from django.db import DatabaseError, connection
+        from django.db import connection
 
         from runs.models import Repository, Run, Workspace
 
@@ -1214,19 +1235,10 @@ class Bench:
             finally:
                 cursor.execute("SET session_replication_role = DEFAULT")
                 cursor.execute("SET synchronous_commit = DEFAULT")
-            # A service's tables of finished rows are vacuumed by autovacuum (off on some
-            # machines): without it the visibility map of the freshly filled tables is
-            # empty and every index-only scan reads the table too.
-            cursor.execute("VACUUM (ANALYZE)")
-            # A service's history was written over months; this one in the last minutes,
-            # and PostgreSQL writes it back to its files in a checkpoint paced over the
-            # next minutes (most of 5 by default), its writes and fsyncs sharing the disk
-            # with the commits timed next. One 1,000,000-run fill left lease acquisition
-            # 1.7x slower while that checkpoint ran. Flushed here, before any timing.
-            try:
-                cursor.execute("CHECKPOINT")
-            except DatabaseError as error:  # needs superuser or pg_checkpoint
-                say(f"CHECKPOINT refused ({error}); the fill's write-back may overlap timing")
+        # A service's tables of finished rows are vacuumed by autovacuum (off on some
+        # machines): without it the visibility map of the freshly filled tables is empty
+        # and every index-only scan reads the table too.
+        self.database_settle()
         took = time.monotonic() - started
         say(f"filled to {have:,} runs in {took:.0f} s")
         self.table.notes.append(f"fill to {have:,} finished runs: {took:.0f} s")
@@ -1600,6 +1612,7 @@ class Bench:
             self.setup()
             for name in chosen:
                 self.quiesce()
+                self.database_settle()
                 getattr(self, f"m_{name}")()
         except BaseException:
             # What was measured before the failure is still worth seeing.
