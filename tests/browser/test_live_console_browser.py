@@ -58,12 +58,17 @@ def test_run_page_follows_the_run_and_approves_next_to_the_diff(
     page.wait_for_selector("#approval #action-approve", timeout=RUN_TIMEOUT_MS)
     assert page.evaluate("window.__sameDocument") is True
     assert page.locator("#approval-diff .add").count() >= 1
-    diff_box = page.locator("#approval-diff").bounding_box()
-    button_box = page.locator("#action-approve").bounding_box()
-    assert (
-        diff_box
-        and button_box
-        and 0 <= button_box["y"] - (diff_box["y"] + diff_box["height"]) < 400
+    # Measured in one pass in the page: the live view may re-render the panel between
+    # two separate reads, and an element being replaced has no box.
+    page.wait_for_function(
+        """() => {
+            const diff = document.querySelector('#approval-diff');
+            const button = document.querySelector('#action-approve');
+            if (!diff || !button) return false;
+            const gap = button.getBoundingClientRect().top - diff.getBoundingClientRect().bottom;
+            return diff.getBoundingClientRect().height > 0 && 0 <= gap && gap < 400;
+        }""",
+        timeout=RUN_TIMEOUT_MS,
     )
     # One render reads the timeline before the approval panel; a step committing in
     # between shows the panel first, and the event's frame re-renders the timeline.
