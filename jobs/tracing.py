@@ -10,8 +10,8 @@ and (with the optional OpenTelemetry extra) exported spans of one task share one
 from __future__ import annotations
 
 import contextlib
+import random
 import re
-import secrets
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -40,7 +40,18 @@ def traceparent_parse(value: Any) -> tuple[str, str, str] | None:
 
 def traceparent_new(trace_id: str | None = None, flags: str = "01") -> str:
     """A traceparent with a fresh span id (in ``trace_id`` if given, else a new trace)."""
-    return f"00-{trace_id or secrets.token_hex(16)}-{secrets.token_hex(8)}-{flags}"
+    return f"00-{trace_id or _random_hex(128)}-{_random_hex(64)}-{flags}"
+
+
+def _random_hex(bits: int) -> str:
+    """A random id of ``bits`` bits, never all zeros (W3C: invalid), in lowercase hex.
+
+    Trace and span ids only need to be unique, as OpenTelemetry's own generator makes
+    them (``random.getrandbits``; the module reseeds itself in a forked child). Each
+    ``secrets`` call is a ``getrandom`` system call, during which the thread gives up the
+    interpreter lock; a submission made six of them.
+    """
+    return f"{random.getrandbits(bits) or 1:0{bits // 4}x}"
 
 
 def traceparent_child(parent: Any) -> str | None:
@@ -106,6 +117,17 @@ def event_traceparent(task: Any) -> str:
         or traceparent_child(getattr(task, "traceparent", ""))
         or traceparent_new(task.id.hex)
     )
+
+
+def event_trace_parent(task: Any) -> tuple[str, str] | None:
+    """The trace id and flags ``event_traceparent`` continues for events about ``task``
+    (each event then takes a span id of its own: ``traceparent_new(*parent)``), or None
+    when it starts a trace of its own."""
+    for candidate in (_current.get(), getattr(task, "traceparent", "")):
+        parsed = traceparent_parse(candidate)
+        if parsed is not None:
+            return parsed[0], parsed[2]
+    return None
 
 
 def event_headers(payload: Mapping[str, Any]) -> dict[str, str]:

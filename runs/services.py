@@ -22,7 +22,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Exists, F, Max, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from jobs import redis_round
+from jobs import jsontext, redis_round
 from jobs.db_rows import (
     cursor_prepared,
     execute_committing,
@@ -676,30 +676,38 @@ def _submission_insert(
 
 
 def _submission_insert_admitting(*, task: Task, rows: list[str]) -> bool:
-    """The lane and the admitting statement (``_submission_insert_sql(admitting=...)``)
-    in one round trip; whether it wrote the rows."""
+    """The admitting statement (``_submission_insert_sql(admitting=True)``): one statement,
+    its own transaction, that takes an admission lane, counts and writes the rows if the
+    counts fit; whether it wrote them."""
     workspace, repository = task.workspace, task.repository
-    margin = _lanes()
+    lanes = _lanes()
     budget = workspace.daily_cost_budget_usd
     counted = _admission_counted(workspace, repository)
     params = [
-        *_admission_counts_params(**counted),
+        # The lane (agentplatform_admission_lane_counts, migration 0021): the first free
+        # one in random order, else a wait for a random one.
+        random.sample(range(lanes), lanes),
+        _LANE_KEY,
+        workspace.pk % 2**31,
+        random.randrange(lanes),
+        workspace.pk,
+        counted["repository_id"],
+        timezone.now().astimezone(UTC).date() if counted["spend"] else None,
         # As admission_check decides with a lane: room left after the lanes' margin.
-        workspace.max_active_runs - margin,
-        repository.max_active_runs - margin,
+        workspace.max_active_runs - lanes,
+        repository.max_active_runs - lanes,
         budget if counted["spend"] else None,
         *rows,
     ]
-    admitting = (counted["spend"], counted["repository_id"] is not None)
-    row = execute_together(
-        [_lane_take_sql(workspace.pk), (_submission_insert_sql(admitting), params)]
-    )
+    with cursor_prepared() as cursor:
+        cursor.execute(_submission_insert_sql(admitting=True), params)
+        row = cursor.fetchone()
     assert row is not None  # one row: the admission's answer
     return bool(row[0])
 
 
 def _json_dumps(value: Any) -> str:
-    return json.dumps(value, default=str)
+    return jsontext.dumps(value)
 
 
 # The columns the statement writes of the event tables: each one the ORM writes (every
@@ -720,19 +728,20 @@ SUBMISSION_OUTBOX_COLUMNS = (
 
 
 @functools.cache
-def _submission_insert_sql(admitting: tuple[bool, bool] | None = None) -> str:
+def _submission_insert_sql(admitting: bool = False) -> str:
     """The submission's INSERT of every row (its parameters the task's, the runs', the
-    timeline's and the outbox's JSON), or with ``admitting`` (spend, per repository) the
-    admitting statement: the parameters of ``_admission_counts_sql`` and the limits
-    first (the workspace's and the repository's room left after the lanes' margin, the
-    budget or NULL), then the rows, each INSERT writing only if the counts fit. Its one
-    row: admitted, the workspace's and the repository's active runs, the spend."""
+    timeline's and the outbox's JSON), or with ``admitting`` the admitting statement: the
+    arguments of ``agentplatform_admission_lane_counts`` (migration 0021: a lane taken,
+    then the counts) and the limits first (the workspace's and the repository's room
+    left after the lanes' margin, the budget or NULL), then the rows, each INSERT writing
+    only if the counts fit. Its one row: admitted, the workspace's and the repository's
+    active runs, the spend."""
     from jobs.models import OutboxEvent
     from runs.models import RunEvent
 
     quote = connection.ops.quote_name
     admitted = ""
-    if admitting is not None:
+    if admitting:
         admitted = " WHERE (SELECT admitted FROM admission)"
 
     def columns(names: Any) -> str:
@@ -754,9 +763,12 @@ def _submission_insert_sql(admitting: tuple[bool, bool] | None = None) -> str:
     # The outbox's serial ids follow the events' order, as separate INSERTs' would.
     in_order = f" WITH ORDINALITY{admitted} ORDER BY ordinality"
     outbox = insert(OutboxEvent, SUBMISSION_OUTBOX_COLUMNS, many, in_order)
-    if admitting is None:
+    if not admitting:
         return f"WITH task AS ({task}), run AS ({run}), timeline AS ({timeline}) {outbox}"
-    counts = _admission_counts_sql(*admitting)
+    counts = (
+        "SELECT * FROM agentplatform_admission_lane_counts("
+        "%s::int[], %s::int, %s::int, %s::int, %s::bigint, %s::bigint, %s::date)"
+    )
     # A budget of NULL (none) refuses nothing: the comparison is NULL, not false.
     admission = (
         "SELECT in_workspace < %s AND in_repository < %s"

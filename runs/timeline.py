@@ -24,7 +24,7 @@ from structlog.contextvars import bind_contextvars, get_contextvars
 from agentplatform.metrics import events_observe
 from jobs.ids import new_id
 from jobs.models import OutboxEvent
-from jobs.tracing import event_traceparent
+from jobs.tracing import event_trace_parent, event_traceparent, traceparent_new
 from runs.models import Run, RunEvent, Task
 
 EVENT_VERSION = "1"
@@ -53,28 +53,64 @@ def envelope(
     causation_id: str | None = None,
 ) -> dict[str, Any]:
     """The CloudEvents 1.0 envelope with our extensions (DESIGN §5)."""
-    subject = f"runs/{run.id}" if run is not None else f"tasks/{task.id}"
-    body: dict[str, Any] = {
+    return _envelope_of(
+        _envelope_common(task=task, run=run, causation_id=causation_id),
+        event_id=event_id,
+        type=type,
+        data=data,
+        sequence=sequence,
+    )
+
+
+@dataclass(frozen=True)
+class _EnvelopeCommon:
+    """What the envelopes of one batch of a task's (and run's) events share."""
+
+    fields: dict[str, Any]
+    parent: tuple[str, str] | None  # the trace id and flags each event's span continues
+    task: Task
+
+
+def _envelope_common(*, task: Task, run: Run | None, causation_id: str | None) -> _EnvelopeCommon:
+    task_id = str(task.id)
+    fields: dict[str, Any] = {
         "specversion": "1.0",
-        "id": str(event_id),
         "source": f"{settings.EVENT_SOURCE}/workspaces/{task.workspace_id}",
-        "type": type,
-        "subject": subject,
+        "subject": f"runs/{run.id}" if run is not None else f"tasks/{task_id}",
         "time": timezone.now().isoformat().replace("+00:00", "Z"),
         "datacontenttype": "application/json",
-        "data": dict(data),
         "eventversion": EVENT_VERSION,
         "workspaceid": str(task.workspace_id),
-        "taskid": str(task.id),
-        "correlationid": str(task.id),
-        "traceparent": traceparent_for(task),
+        "taskid": task_id,
+        "correlationid": task_id,
     }
     if run is not None:
-        body["runid"] = str(run.id)
+        fields["runid"] = str(run.id)
+    if causation_id:
+        fields["causationid"] = causation_id
+    return _EnvelopeCommon(fields=fields, parent=event_trace_parent(task), task=task)
+
+
+def _envelope_of(
+    common: _EnvelopeCommon,
+    *,
+    event_id: uuid.UUID,
+    type: str,
+    data: Mapping[str, Any],
+    sequence: int | None,
+) -> dict[str, Any]:
+    # Each event is a span of its own in the trace it continues.
+    parent = common.parent
+    traceparent = traceparent_new(parent[0], parent[1]) if parent else traceparent_for(common.task)
+    body = {
+        **common.fields,
+        "id": str(event_id),
+        "type": type,
+        "data": dict(data),
+        "traceparent": traceparent,
+    }
     if sequence is not None:
         body["sequence"] = sequence
-    if causation_id:
-        body["causationid"] = causation_id
     return body
 
 
@@ -210,6 +246,8 @@ def events_prepare(
     A writer that inserts the rows itself (one statement with the facts they record)
     calls ``events_recorded`` afterwards, as ``events_record`` does.
     """
+    common = _envelope_common(task=task, run=run, causation_id=causation_id)
+    partition_key = common.fields.get("runid") or common.fields["taskid"]
     prepared = []
     for offset, event in enumerate(events):
         event_id = new_id()
@@ -221,15 +259,9 @@ def events_prepare(
                 data=event.data,
                 actor=event.actor,
                 sequence=sequence,
-                partition_key=str(run.id if run is not None else task.id),
-                payload=envelope(
-                    event_id=event_id,
-                    type=event.type,
-                    task=task,
-                    run=run,
-                    data=event.data,
-                    sequence=sequence,
-                    causation_id=causation_id,
+                partition_key=partition_key,
+                payload=_envelope_of(
+                    common, event_id=event_id, type=event.type, data=event.data, sequence=sequence
                 ),
             )
         )

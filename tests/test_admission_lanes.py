@@ -188,3 +188,42 @@ def test_a_submission_counts_after_the_lane_it_waited_for(settings: Any) -> None
         assert release.is_set()  # it waited for the lane
     assert fourth.status == Task.Status.DEFERRED
     assert Run.objects.filter(task__workspace=workspace).count() == 3
+
+
+def test_a_one_statement_submission_takes_the_free_lane_and_counts_in_its_stripe(
+    settings: Any,
+) -> None:
+    """The one-round-trip submission takes its lane inside its statement
+    (agentplatform_admission_lane_counts): with every lane of the workspace but one held
+    elsewhere it takes that one without waiting, and its run is counted in that lane's
+    stripe (the lane is recorded before the run's row is written)."""
+    from runs.models import ActiveRunCount
+    from runs.services import _LANE_KEY
+
+    settings.ADMISSION_LANES = 8
+    workspace = WorkspaceFactory(max_active_runs=100)
+    repository = RepositoryFactory(workspace=workspace, max_active_runs=100)
+
+    def seven_lanes() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(pg_advisory_xact_lock(%s + lane, %s))"
+                " FROM generate_series(0, 6) AS lane",
+                [_LANE_KEY, workspace.pk],
+            )
+
+    with _held_open(seven_lanes):
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '5s'")  # a wait would fail the test
+        try:
+            assert not connection.in_atomic_block  # the one-round-trip path
+            submission = task_submit(workspace=workspace, repository=repository, instruction="x")
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = 0")
+    assert submission.task.status == Task.Status.RUNNING
+    counted = ActiveRunCount.objects.filter(workspace_id=workspace.pk, runs__gt=0)
+    assert sorted(counted.values_list("repository_id", "stripe")) == [
+        (0, 7),
+        (repository.pk, 7),
+    ]

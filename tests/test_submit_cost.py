@@ -1,5 +1,5 @@
 """A submission is one round trip, once its repository is remembered (one lookup
-before): an admission lane, then one statement that counts the active runs and writes
+before): one statement that takes an admission lane, counts the active runs and writes
 the task, its run and their events, one transaction; the task with its final status,
 the run's first sequence numbers taken by its INSERT, and a repeated Idempotency-Key
 found by its unique constraint."""
@@ -42,10 +42,11 @@ def _submission_statements(api: APIClient, repository) -> list[str]:
     return [q["sql"] for q in queries.captured_queries]
 
 
-def _is_one_batch(write_batch: str) -> None:
-    lane, _, write = write_batch.partition("; ")
-    assert "pg_try_advisory_xact_lock" in lane
-    assert '"runs_activeruncount"' in write and 'INSERT INTO "runs_task"' in write
+def _is_one_batch(statement: str) -> None:
+    # The lane and the count: agentplatform_admission_lane_counts (migration 0021).
+    assert "; " not in statement
+    assert "agentplatform_admission_lane_counts(" in statement
+    assert 'INSERT INTO "runs_task"' in statement and 'INSERT INTO "jobs_outboxevent"' in statement
 
 
 def test_a_new_submission_is_one_batch_once_its_repository_is_remembered(submitter) -> None:
@@ -53,12 +54,10 @@ def test_a_new_submission_is_one_batch_once_its_repository_is_remembered(submitt
     # The memory is used once this process's listener is confirmed.
     wait_for(lambda: access_cache.generation() is not None, timeout=30, message="listener")
     captured = _submission_statements(api, repository)
-    # An admission lane, then the active runs of the workspace and of the repository (one
-    # scan) and the task, run, timeline and outbox rows: one batch, no BEGIN, no COMMIT.
-    # The repository among the caller's workspaces is remembered (access_cache).
-    assert [sql.split()[0].upper() for sql in captured] == ["SELECT"], [
-        sql[:100] for sql in captured
-    ]
+    # An admission lane, then the active runs of the workspace and of the repository and
+    # the task, run, timeline and outbox rows: one statement, no BEGIN, no COMMIT. The
+    # repository among the caller's workspaces is remembered (access_cache).
+    assert [sql.split()[0].upper() for sql in captured] == ["WITH"], [sql[:100] for sql in captured]
     _is_one_batch(captured[0])
 
 
@@ -68,16 +67,16 @@ def test_a_new_submission_is_one_lookup_and_one_batch(submitter, settings) -> No
     captured = _submission_statements(api, repository)
     assert [sql.split()[0].upper() for sql in captured] == [
         "SELECT",  # the repository, among the caller's workspaces
-        "SELECT",  # the batch
+        "WITH",  # the lane, the count and the rows
     ], [sql[:100] for sql in captured]
     _is_one_batch(captured[1])
 
 
 def test_a_submission_is_one_round_trip_and_one_transaction(submitter, settings) -> None:
     """libpq's protocol trace counts what the submission waited for: one Sync, after
-    which PostgreSQL commits the lane's statement and the writing one together (two
-    before: BEGIN with the lane and the count, then the rows with the COMMIT; five
-    before that)."""
+    which PostgreSQL commits the one statement that took the lane, counted and wrote
+    (before: the lane's statement and the writing one in a pipeline; before that, BEGIN
+    with the lane and the count, then the rows with the COMMIT; five before that)."""
     from psycopg.pq import Trace
 
     settings.DATABASE_PREPARED_STATEMENTS = True
@@ -99,6 +98,7 @@ def test_a_submission_is_one_round_trip_and_one_transaction(submitter, settings)
     assert submission.task.status == Task.Status.RUNNING
     assert messages.count("ReadyForQuery") == 1, messages
     assert messages.count("Sync") == 1, messages
+    assert messages.count("Execute") == 1, messages  # one statement
     assert "Query" not in messages  # no BEGIN or COMMIT of its own
     assert not any("BEGIN" in line or "COMMIT" in line for line in lines)
     assert Task.objects.filter(pk=submission.task.pk, status="running").exists()
@@ -181,18 +181,17 @@ def _prepared_submission_statements() -> list[str]:
 
 
 def test_a_submissions_statements_are_prepared_once_and_reused(submitter) -> None:
-    """PostgreSQL plans the lane and the counting insert once per connection:
-    the rows go as bound parameters, not as literals in the statements' text."""
+    """PostgreSQL plans the counting insert once per connection: the rows go as bound
+    parameters, not as literals in the statement's text."""
     api, repository = submitter
     for n in range(3):
         assert _submit(api, repository, instruction=f"Fix it, number {n}").status_code == 202
     statements = _prepared_submission_statements()
-    lane = [s for s in statements if "pg_try_advisory_xact_lock" in s]
     write = [s for s in statements if 'INSERT INTO "runs_task"' in s]
-    assert len(lane) == len(write) == 1, statements
-    # The admission count is the writing statement's.
-    assert '"runs_activeruncount"' in write[0]
-    assert all("$1" in s for s in lane + write)
+    assert len(write) == 1, statements
+    # The lane and the admission count are the writing statement's.
+    assert "agentplatform_admission_lane_counts(" in write[0]
+    assert "$1" in write[0]
     assert not any("Fix it" in s for s in statements)
     assert Task.objects.count() == 3
 
@@ -212,7 +211,7 @@ def test_a_submissions_statements_are_not_planned_again_each_time(submitter, set
             " WHERE statement LIKE '%%advisory%%' OR statement LIKE '%%runs_%%'"
         )
         plans = cursor.fetchall()
-    assert len(plans) >= 3
+    assert len(plans) >= 2
     for statement, generic, custom in plans:
         assert custom <= 5 and generic >= 7, (statement[:60], generic, custom)
 
