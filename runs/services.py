@@ -459,14 +459,15 @@ def _at_once() -> bool:
 def _task_create_at_once(
     *, workspace: Workspace, repository: Repository, fingerprint: str, **fields: Any
 ) -> Submission:
-    """task_submit in one round trip, one transaction of its own: an admission lane, then
-    one statement that counts the active runs and, when they leave room for the lanes'
-    margin, writes the task (running), its run and their events; committed when the
-    round trip ends. It writes nothing and raises ``_NearLimit`` otherwise: the lane's
-    path then decides between a run, a deferral and the exclusive check.
+    """task_submit in one statement, one transaction of its own: it takes an admission
+    lane, counts the active runs and, when they leave room for the lanes' margin, writes
+    the task (running), its run and their events. It writes nothing and raises
+    ``_NearLimit`` otherwise: the lane's path then decides between a run, a deferral and
+    the exclusive check.
 
-    The count is the second statement's, so its snapshot is taken once the lane is held,
-    as the lane path's count is.
+    The count is a statement of its own inside ``agentplatform_admission_lane_counts``
+    (migration 0021), so its snapshot is taken once the lane is held, as the lane path's
+    count is.
     """
     task, run, events = _submission_new(
         ws=workspace, repository=repository, refusal=None, fingerprint=fingerprint, **fields
@@ -601,9 +602,9 @@ def _submission_insert(
     are those ``save()`` and ``events_record`` would write. A reused idempotency key
     fails the statement with the same IntegrityError as the task's own INSERT.
 
-    ``admitting`` (PostgreSQL, outside a transaction; see ``_task_create_at_once``): in
-    one round trip and one transaction, an admission lane is taken and the statement
-    writes only if the workspace's active runs, counted by it, leave room for the lanes'
+    ``admitting`` (PostgreSQL, outside a transaction; see ``_task_create_at_once``): the
+    one statement, its own transaction, takes an admission lane and writes only if the
+    workspace's active runs, counted once the lane is held, leave room for the lanes'
     margin.
 
     On commit the run's wake-up goes first, then the relay's, the live views' and the
