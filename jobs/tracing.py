@@ -112,22 +112,18 @@ def trace_scope(traceparent: Any) -> Iterator[str | None]:
 def event_traceparent(task: Any) -> str:
     """The traceparent of an event about ``task``: a child of the current trace, else of the
     trace the task was created in (a sweep run by beat continues the task's own trace)."""
-    return (
-        traceparent_child(_current.get())
-        or traceparent_child(getattr(task, "traceparent", ""))
-        or traceparent_new(task.id.hex)
-    )
+    return traceparent_new(*event_trace_parent(task))
 
 
-def event_trace_parent(task: Any) -> tuple[str, str] | None:
+def event_trace_parent(task: Any) -> tuple[str, str]:
     """The trace id and flags ``event_traceparent`` continues for events about ``task``
-    (each event then takes a span id of its own: ``traceparent_new(*parent)``), or None
-    when it starts a trace of its own."""
+    (each event takes a span id of its own: ``traceparent_new(*parent)``): the current
+    trace's, else the one the task was created in, else a trace named by the task's id."""
     for candidate in (_current.get(), getattr(task, "traceparent", "")):
         parsed = traceparent_parse(candidate)
         if parsed is not None:
             return parsed[0], parsed[2]
-    return None
+    return task.id.hex, "01"
 
 
 def event_headers(payload: Mapping[str, Any]) -> dict[str, str]:

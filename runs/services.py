@@ -13,7 +13,7 @@ import json
 import random
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -43,7 +43,7 @@ from runs.models import (
     Workspace,
     WorkspaceSpend,
 )
-from runs.spend import workspace_spend_today
+from runs.spend import spend_day, workspace_spend_today
 from runs.state import ACTIVE, TERMINAL
 from runs.timeline import (
     PendingEvent,
@@ -190,7 +190,7 @@ def _admission_counts_params(
     """The parameters of ``_admission_counts_sql(spend, repository_id is not None)``."""
     params: list[Any] = [] if repository_id is None else [repository_id]
     if spend:
-        params += [workspace_id, timezone.now().astimezone(UTC).date()]
+        params += [workspace_id, spend_day()]
     if counted_by_triggers():
         return [*params, workspace_id, *([] if repository_id is None else [repository_id])]
     return [*params, workspace_id, cap]
@@ -693,7 +693,7 @@ def _submission_insert_admitting(*, task: Task, rows: list[str]) -> bool:
         random.randrange(lanes),
         workspace.pk,
         counted["repository_id"],
-        timezone.now().astimezone(UTC).date() if counted["spend"] else None,
+        spend_day() if counted["spend"] else None,
         # As admission_check decides with a lane: room left after the lanes' margin.
         workspace.max_active_runs - lanes,
         repository.max_active_runs - lanes,

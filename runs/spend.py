@@ -8,7 +8,7 @@ runs (summing the day's runs did: every workspace's runs of the day were read).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 from django.db import connection
@@ -36,9 +36,14 @@ def workspace_spend_add(*, workspace_id: int, cost: Decimal, at: datetime | None
         )
 
 
+def spend_day() -> date:
+    """The UTC day whose spend a budget is held to now."""
+    return timezone.now().astimezone(UTC).date()
+
+
 def workspace_spend_today(*, workspace_id: int) -> Decimal:
     """The workspace's model spend in the current UTC day."""
-    day = timezone.now().astimezone(UTC).date()
+    day = spend_day()
     spent = WorkspaceSpend.objects.filter(workspace_id=workspace_id, day=day).values_list(
         "cost_usd", flat=True
     )[:1]

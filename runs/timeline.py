@@ -67,8 +67,7 @@ class _EnvelopeCommon:
     """What the envelopes of one batch of a task's (and run's) events share."""
 
     fields: dict[str, Any]
-    parent: tuple[str, str] | None  # the trace id and flags each event's span continues
-    task: Task
+    parent: tuple[str, str]  # the trace id and flags each event's span continues
 
 
 def _envelope_common(*, task: Task, run: Run | None, causation_id: str | None) -> _EnvelopeCommon:
@@ -88,7 +87,7 @@ def _envelope_common(*, task: Task, run: Run | None, causation_id: str | None) -
         fields["runid"] = str(run.id)
     if causation_id:
         fields["causationid"] = causation_id
-    return _EnvelopeCommon(fields=fields, parent=event_trace_parent(task), task=task)
+    return _EnvelopeCommon(fields=fields, parent=event_trace_parent(task))
 
 
 def _envelope_of(
@@ -99,15 +98,13 @@ def _envelope_of(
     data: Mapping[str, Any],
     sequence: int | None,
 ) -> dict[str, Any]:
-    # Each event is a span of its own in the trace it continues.
-    parent = common.parent
-    traceparent = traceparent_new(parent[0], parent[1]) if parent else traceparent_for(common.task)
     body = {
         **common.fields,
         "id": str(event_id),
         "type": type,
         "data": dict(data),
-        "traceparent": traceparent,
+        # Each event is a span of its own in the trace it continues.
+        "traceparent": traceparent_new(*common.parent),
     }
     if sequence is not None:
         body["sequence"] = sequence
