@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -816,14 +816,20 @@ class Bench:
     # 4, 5: web
 
     @contextmanager
-    def server(self, layout: str, workers: int = 2, **env: str) -> Iterator[int]:
+    def server(
+        self,
+        layout: str,
+        workers: int = 2,
+        application: str = "agentplatform.asgi:application",
+        **env: str,
+    ) -> Iterator[int]:
         port = free_port()
         if layout == "asgi":
             argv = [
                 PY,
                 "-m",
                 "uvicorn",
-                "agentplatform.asgi:application",
+                application,
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -909,6 +915,56 @@ class Bench:
             **extra,
         )
         return turns["by_kind"]["insert"], turns["by_kind"][kind]
+
+    # What ``--only parts`` makes free in turn (bench.asgi_parts), and how the table says it.
+    SUBMISSION_PARTS = {
+        "": "as it is",
+        "statement": "its one statement free",
+        "round_trip": "its Redis round trip free",
+        "message": "its run's Celery message free",
+    }
+
+    def m_parts(self) -> None:
+        """Where a submission's cost goes (not in the default run): figure 5's
+        submissions against the one-INSERT view, on servers that are the product's except
+        for one part of the submission, made free (``bench.asgi_parts``). A part's share
+        is how far the ratio rises without it. Every server runs from the start; the
+        parts take turns, in reverse order every other repetition."""
+        seconds = 1.0 if self.tiny else self.args.seconds
+        token = self.token()
+        submissions: dict[str, list[float]] = {part: [] for part in self.SUBMISSION_PARTS}
+        baselines: dict[str, list[float]] = {part: [] for part in self.SUBMISSION_PARTS}
+        say(f"parts: {len(submissions)} servers, {seconds:.0f} s per figure")
+        with ExitStack() as servers:
+            ports = {
+                part: servers.enter_context(
+                    self.server("asgi", application="bench.asgi_parts:application", BENCH_FREE=part)
+                )
+                for part in self.SUBMISSION_PARTS
+            }
+            for rep in range(self.reps):
+                order = list(self.SUBMISSION_PARTS)
+                for part in order if rep % 2 == 0 else order[::-1]:
+                    baseline, figure = self.measure(
+                        ports[part],
+                        "submit",
+                        32,
+                        seconds,
+                        token=token,
+                        repository=self.repository.pk,
+                    )
+                    baselines[part].append(baseline["rps"])
+                    submissions[part].append(figure["rps"])
+        for part, label in self.SUBMISSION_PARTS.items():
+            self.table.add(
+                Figure(
+                    f"5. POST /api/tasks/, {label}",
+                    "req/s",
+                    submissions[part],
+                    baselines[part],
+                    "one-INSERT view, asgi",
+                )
+            )
 
     def token(self) -> str:
         from django.contrib.auth import get_user_model
@@ -1626,7 +1682,12 @@ class Bench:
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--only", default="", help=f"comma-separated: {','.join(MEASUREMENTS)}")
+    parser.add_argument(
+        "--only",
+        default="",
+        help=f"comma-separated: {','.join(MEASUREMENTS)}; also parts (where a submission's "
+        "cost goes), which the default run leaves out",
+    )
     parser.add_argument("--tiny", action="store_true", help="smoke sizes (seconds)")
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--wake-samples", type=int, default=30)
