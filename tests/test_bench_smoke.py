@@ -31,3 +31,41 @@ def test_bench_runs_with_tiny_sizes() -> None:
         assert label in table
     # Every figure that has a baseline got a ratio.
     assert "| -     | >= 0.5" not in table
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_bench_parts_measures_each_part_made_free() -> None:
+    env = dict(os.environ)
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--tiny", "--reps", "1", "--only", "parts"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if "POST /api/tasks/," in line]
+    assert len(rows) == 4
+    for line in rows:
+        # Each has its one-INSERT baseline and a ratio: its server answered submissions.
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        assert cells[3].endswith("(one-INSERT view, asgi)")
+        assert float(cells[4]) > 0
+
+
+@pytest.mark.services
+def test_an_unknown_part_stops_the_parts_server() -> None:
+    env = {**os.environ, "BENCH_FREE": "everything", "DJANGO_SETTINGS_MODULE": "bench.settings"}
+    result = subprocess.run(
+        [sys.executable, "-c", "import bench.asgi_parts"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "unknown part 'everything'" in result.stderr
