@@ -929,7 +929,8 @@ class Bench:
         submissions against the one-INSERT view, on servers that are the product's except
         for one part of the submission, made free (``bench.asgi_parts``). A part's share
         is how far the ratio rises without it. Every server runs from the start; the
-        parts take turns, in reverse order every other repetition."""
+        parts take turns, in reverse order every other repetition, each repetition on a
+        settled database as figure 5's."""
         seconds = 1.0 if self.tiny else self.args.seconds
         token = self.token()
         submissions: dict[str, list[float]] = {part: [] for part in self.SUBMISSION_PARTS}
@@ -943,6 +944,10 @@ class Bench:
                 for part in self.SUBMISSION_PARTS
             }
             for rep in range(self.reps):
+                # Each repetition starts where figure 5's do: no queued runs, a settled
+                # database.
+                self.quiesce()
+                self.database_settle()
                 order = list(self.SUBMISSION_PARTS)
                 for part in order if rep % 2 == 0 else order[::-1]:
                     baseline, figure = self.measure(
