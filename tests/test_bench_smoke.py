@@ -12,13 +12,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.services
-@pytest.mark.slow
-def test_bench_runs_with_tiny_sizes() -> None:
+def _bench_tiny(only: str) -> str:
+    """The table of ``bench.run`` at tiny sizes, one repetition, of the figures ``only``."""
     env = dict(os.environ)
     env.pop("DJANGO_SETTINGS_MODULE", None)
     result = subprocess.run(
-        [sys.executable, "-m", "bench.run", "--tiny", "--reps", "1", "--only", "steps,relay"],
+        [sys.executable, "-m", "bench.run", "--tiny", "--reps", "1", "--only", only],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -26,7 +25,13 @@ def test_bench_runs_with_tiny_sizes() -> None:
         timeout=240,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    table = result.stdout
+    return result.stdout
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_bench_runs_with_tiny_sizes() -> None:
+    table = _bench_tiny("steps,relay")
     for label in ("1. step throughput", "9. relay tasks per run", "3. relay publish"):
         assert label in table
     # Every figure that has a baseline got a ratio.
@@ -36,18 +41,7 @@ def test_bench_runs_with_tiny_sizes() -> None:
 @pytest.mark.services
 @pytest.mark.slow
 def test_bench_parts_measures_each_part_made_free() -> None:
-    env = dict(os.environ)
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.run", "--tiny", "--reps", "1", "--only", "parts"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = [line for line in result.stdout.splitlines() if "POST /api/tasks/," in line]
+    rows = [line for line in _bench_tiny("parts").splitlines() if "POST /api/tasks/," in line]
     assert len(rows) == 4
     for line in rows:
         # Each has its one-INSERT baseline and a ratio: its server answered submissions.
