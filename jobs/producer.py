@@ -2,7 +2,9 @@
 
 ``task_producer`` gives ``apply_async`` a producer that writes the list entry kombu's
 Redis transport writes, without kombu's producer machinery, and through ``redis_round``
-so that a commit's wake-ups share a round trip.
+so that a commit's wake-ups share a round trip. ``task_send`` sends a task's message as
+``apply_async`` would, with what ``apply_async`` works out anew on every call (the
+task's options, its route, the publish settings) worked out once per task and queue.
 """
 
 from __future__ import annotations
@@ -11,11 +13,19 @@ import base64
 import os
 import threading
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from celery import signals
+from celery.app.routes import MapRoute
+from celery.app.task import Task
+from celery.backends.base import Backend
+from celery.local import Proxy
+from celery.utils.nodenames import anon_nodename
 from kombu.serialization import dumps as body_dumps
 from kombu.utils.json import dumps
+from kombu.utils.uuid import uuid as task_id_new
 
 from jobs import redis_round
 from jobs.logs import log
@@ -194,3 +204,174 @@ def _producer_for(app: Any) -> RedisListProducer | None:
                 key, RedisListProducer(app, url)
             )
     return producer
+
+
+@dataclass(frozen=True)
+class _SendPlan:
+    """What ``apply_async`` works out for every message of one task to one queue, when
+    it is sent from outside a task: Celery's choices, read once."""
+
+    producer: RedisListProducer
+    queue: Any  # the kombu Queue the route expands to
+    time_limit: float | None
+    soft_time_limit: float | None
+    ignore_result: bool
+    typing: bool
+    # Producer.publish's arguments other than the message's own (headers, properties).
+    publish: dict[str, Any]
+
+
+_plans: dict[tuple[int, str, str], tuple[tuple[Any, ...], _SendPlan | None]] = {}
+_origin: tuple[int, str] = (0, "")
+
+
+def task_send(task: Any, args: tuple[Any, ...], *, queue: str) -> str:
+    """Send ``task`` with the positional ``args`` to ``queue``; the message's id.
+
+    The message is the one ``task.apply_async(args=args, queue=queue)`` sends (the
+    arguments' repr as given by ``repr``): Celery's ``as_task_v2`` builds it, the
+    ``before_task_publish`` and ``after_task_publish`` signals are sent, and
+    ``RedisListProducer`` publishes it. What ``apply_async`` and ``send_task`` work out
+    anew for every message (the task's options, its route, the queue's exchange, the
+    retry policy) is worked out once per task and queue; reading it through Celery's
+    configuration was most of a wake-up's cost.
+
+    ``apply_async`` sends it whenever that would write another message: inside a task
+    (the parent's ids, its trail), eager mode, a broker that is not Redis, a task or a
+    setting whose options this does not carry (an exchange, a priority, an expiry,
+    compression, sent events, a router that is not a map).
+    """
+    if isinstance(task, Proxy):
+        task = task._get_current_object()
+    app = task.app
+    plan = _send_plan(app, task, queue)
+    if (
+        plan is None
+        or app.conf.task_always_eager
+        or signals.task_sent.receivers
+        or app.current_worker_task is not None
+    ):
+        result = task.apply_async(
+            args=args,
+            queue=queue,
+            argsrepr=repr(args),
+            kwargsrepr="{}",
+            producer=task_producer(app),
+        )
+        return str(result.id)
+    if plan.typing:
+        task.__header__(*args)  # a wrong number of arguments raises, as apply_async does
+    message_id = task_id_new()
+    headers, properties, body, _ = app.amqp.as_task_v2(
+        message_id,
+        task.name,
+        args,
+        None,
+        reply_to=app.thread_oid,
+        time_limit=plan.time_limit,
+        soft_time_limit=plan.soft_time_limit,
+        origin=_origin_here(),
+        ignore_result=plan.ignore_result,
+        argsrepr=repr(args),
+        kwargsrepr="{}",
+    )
+    publish = plan.publish
+    signals.before_task_publish.send(
+        sender=task.name,
+        body=body,
+        exchange=publish["exchange"],
+        routing_key=publish["routing_key"],
+        declare=publish["declare"],
+        headers=headers,
+        properties=properties,
+        retry_policy=dict(publish["retry_policy"]),
+    )
+    with plan.producer.connection._reraise_as_library_errors():
+        plan.producer.publish(body, headers=headers, **publish, **properties)
+    signals.after_task_publish.send(
+        sender=task.name,
+        body=body,
+        headers=headers,
+        exchange=publish["exchange"],
+        routing_key=publish["routing_key"],
+    )
+    return str(message_id)
+
+
+def _origin_here() -> str:
+    """The message's ``origin``, as Celery names a process that is not a worker."""
+    global _origin
+    pid = os.getpid()
+    if _origin[0] != pid:
+        _origin = (pid, anon_nodename())
+    return _origin[1]
+
+
+def _send_plan(app: Any, task: Any, queue: str) -> _SendPlan | None:
+    """The plan of ``task``'s messages to ``queue``, kept until the broker settings it was
+    read from change (as ``task_producer``'s answer); None: ``apply_async`` sends them."""
+    source = _settings_read(app)
+    key = (id(app), task.name, queue)
+    known = _plans.get(key)
+    if known is not None and known[0] == source:
+        return known[1]
+    plan = _send_plan_read(app, task, queue)
+    _plans[key] = (source, plan)
+    return plan
+
+
+def _send_plan_read(app: Any, task: Any, queue: str) -> _SendPlan | None:
+    producer = task_producer(app)
+    if not isinstance(producer, RedisListProducer):
+        return None
+    conf = app.conf
+    if conf.task_protocol != 2 or conf.task_send_sent_event or conf.task_compression:
+        return None
+    # What apply_async would add or change per message.
+    if type(task).shadow_name is not Task.shadow_name:
+        return None
+    if getattr(task, "_dump_pydantic_arguments", None) is not None:
+        return None
+    if not task.ignore_result and type(app.backend).on_task_call is not Backend.on_task_call:
+        return None
+    options = {k: v for k, v in task._get_exec_options().items() if v is not None}
+    options.pop("queue", None)  # the queue given wins, as in apply_async
+    time_limit = options.pop("time_limit", None)
+    soft_time_limit = options.pop("soft_time_limit", None)
+    serializer = options.pop("serializer", None) or conf.task_serializer
+    if options:  # an exchange, a routing key, a priority, an expiry, a delivery mode...
+        return None
+    if soft_time_limit and time_limit and soft_time_limit > time_limit:
+        return None  # apply_async refuses it
+    router = app.amqp.router
+    if not all(isinstance(route, MapRoute) for route in router.routes):
+        return None  # a router function may route by the arguments
+    routed = router.route({"queue": queue}, task.name, (), {}, task)
+    if set(routed) != {"queue"}:
+        return None
+    declared = routed["queue"]
+    exchange = declared.exchange
+    if getattr(exchange, "type", "direct") != "direct":
+        return None
+    policy = dict(conf.task_publish_retry_policy)
+    return _SendPlan(
+        producer=producer,
+        queue=declared,
+        time_limit=time_limit,
+        soft_time_limit=soft_time_limit,
+        ignore_result=bool(task.ignore_result),
+        typing=bool(task.typing),
+        publish={
+            "exchange": "",
+            "routing_key": declared.name,
+            "serializer": serializer,
+            "compression": None,
+            "retry": conf.task_publish_retry,
+            "retry_policy": policy,
+            "delivery_mode": getattr(exchange, "delivery_mode", None)
+            or conf.task_default_delivery_mode,
+            "declare": [declared],
+            "timeout": None,
+            "confirm_timeout": None,
+        },
+    )

@@ -38,20 +38,10 @@ def served_here(*, status: str, source: str) -> bool:
 
 def run_wake(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:
     """Send the message that makes a worker take step ``step_no`` of the run."""
-    from jobs.producer import task_producer
+    from jobs.producer import task_send
     from runs.tasks import run_step
 
-    args = (str(run_id), step_no)
-    # The arguments' repr given as Celery would write it: its safe repr of every message
-    # cost a tenth of the publish.
-    # (celery-stubs leave these two options of apply_async out.)
-    run_step.apply_async(  # type: ignore[call-arg]
-        args=args,
-        queue=queue_for(status),
-        argsrepr=repr(args),
-        kwargsrepr="{}",
-        producer=task_producer(run_step.app),
-    )
+    task_send(run_step, (str(run_id), step_no), queue=queue_for(status))
 
 
 def run_wake_on_commit(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:

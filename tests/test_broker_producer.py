@@ -1,9 +1,10 @@
 """The platform's wake-ups reach a Redis broker as kombu would have written them.
 
-``task_producer`` writes the list entry itself instead of going through kombu's producer;
-a worker must not be able to tell. Each test publishes the same task both ways to a
-Redis of its own and compares what lands in the queue's list, then consumes it with
-kombu's own Redis channel.
+``task_producer`` writes the list entry itself instead of going through kombu's producer,
+and ``task_send`` builds the message without ``apply_async``'s per-call work; a worker
+must not be able to tell. Each test publishes the same task both ways to a Redis of its
+own and compares what lands in the queue's list, then consumes it with kombu's own Redis
+channel.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ from typing import Any
 
 import pytest
 import redis
+from celery import signals
+from celery._state import _task_stack
 from kombu import Connection
 
 from agentplatform.celery import app
-from jobs.producer import task_producer
+from jobs import tracing
+from jobs.producer import task_producer, task_send
 from jobs.tasks import outbox_relay
 from runs.tasks import run_step
 
@@ -98,3 +102,83 @@ def test_what_it_does_not_write_itself_goes_through_kombu(own_redis, broker_at) 
 def test_another_broker_keeps_celerys_producer(broker_at) -> None:
     broker_at("amqp://guest:guest@127.0.0.1:5672//")
     assert task_producer(app) is None
+
+
+def test_task_send_writes_the_message_apply_async_writes(own_redis, broker_at) -> None:
+    broker_at(own_redis.url)
+    args = (str(uuid.uuid4()), 7)
+    heard: list[tuple[str, dict[str, Any]]] = []
+
+    def before(sender: str = "", headers: Any = None, **kwargs: Any) -> None:
+        heard.append(("before", {"sender": sender, "routing_key": kwargs["routing_key"]}))
+
+    def after(sender: str = "", headers: Any = None, **kwargs: Any) -> None:
+        heard.append(("after", {"sender": sender, "routing_key": kwargs["routing_key"]}))
+
+    signals.before_task_publish.connect(before, weak=False)
+    signals.after_task_publish.connect(after, weak=False)
+    try:
+        with tracing.trace_scope(tracing.traceparent_new()):
+            for queue in ("agent", "verify"):
+                run_step.apply_async(args=args, queue=queue)  # kombu's producer
+                sent = task_send(run_step, args, queue=queue)
+                celerys, ours = _entries(own_redis.url, queue)
+                assert _without_ids(ours) == _without_ids(celerys)
+                assert ours["headers"]["id"] == sent == ours["properties"]["correlation_id"]
+                assert ours["headers"]["root_id"] == sent
+                assert ours["headers"]["traceparent"] != celerys["headers"]["traceparent"]
+    finally:
+        signals.before_task_publish.disconnect(before)
+        signals.after_task_publish.disconnect(after)
+    # Both ways told the publish signals the same, before and after each message.
+    expected = [
+        (moment, {"sender": "runs.step", "routing_key": queue})
+        for queue in ("agent", "verify")
+        for _ in range(2)
+        for moment in ("before", "after")
+    ]
+    assert heard == expected
+
+    with Connection(own_redis.url) as connection:
+        queue = connection.SimpleQueue("verify")
+        for _ in range(2):
+            message = queue.get(timeout=5)
+            assert message.headers["task"] == "runs.step"
+            assert message.payload[0] == list(args)
+            message.ack()
+        queue.close()
+
+
+def test_task_send_inside_a_task_leaves_it_to_apply_async(own_redis, broker_at) -> None:
+    """A message sent from a running task carries that task's ids (its parent and root)
+    and joins its trail: apply_async's own work, so task_send hands it over."""
+    broker_at(own_redis.url)
+    parent_id, root_id = str(uuid.uuid4()), str(uuid.uuid4())
+    run_step.push_request(id=parent_id, root_id=root_id, called_directly=False)
+    _task_stack.push(run_step)
+    try:
+        task_send(run_step, ("r", 1), queue="agent")
+        run_step.apply_async(args=("r", 1), queue="agent", argsrepr=repr(("r", 1)), kwargsrepr="{}")
+    finally:
+        _task_stack.pop()
+        run_step.pop_request()
+    ours, celerys = _entries(own_redis.url, "agent")
+    assert ours["headers"]["parent_id"] == parent_id
+    assert ours["headers"]["root_id"] == root_id
+    assert _without_ids(ours) == _without_ids(celerys)
+
+
+def test_task_send_leaves_options_it_does_not_carry_to_apply_async(own_redis, broker_at) -> None:
+    """A task with a priority of its own: apply_async writes it (to kombu's priority list
+    of the queue), not the plain list entry."""
+    broker_at(own_redis.url)
+
+    @app.task(name="tests.broker_producer.prioritised", priority=6, shared=False)
+    def prioritised(value: str) -> None: ...
+
+    task_send(prioritised, ("p",), queue="agent")
+    client = redis.Redis.from_url(own_redis.url)
+    assert client.llen("agent") == 0
+    assert [key for key in client.keys("agent*") if key.startswith(b"agent\x06\x16")]
+    with pytest.raises(TypeError):  # the task's signature is checked, as apply_async does
+        task_send(run_step, ("only one",), queue="agent")
