@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from celery import signals
+from celery import current_app, signals
 from celery.app.routes import MapRoute
 from celery.app.task import Task
 from celery.backends.base import Backend
@@ -242,7 +242,7 @@ def task_send(task: Any, args: tuple[Any, ...], *, queue: str) -> str:
     compression, sent events, a router that is not a map).
     """
     if isinstance(task, Proxy):
-        task = task._get_current_object()
+        task = _task_of(task)
     app = task.app
     plan = _send_plan(app, task, queue)
     if (
@@ -296,6 +296,21 @@ def task_send(task: Any, args: tuple[Any, ...], *, queue: str) -> str:
         routing_key=publish["routing_key"],
     )
     return str(message_id)
+
+
+# A shared task's proxy and the task it stands for in the current app: resolving it
+# looks the task up in the app's registry under a lock, every time.
+_proxied: dict[int, tuple[Any, Any, Any]] = {}
+
+
+def _task_of(proxy: Any) -> Any:
+    app = current_app._get_current_object()
+    known = _proxied.get(id(proxy))
+    if known is not None and known[0] is proxy and known[1] is app:
+        return known[2]
+    task = proxy._get_current_object()
+    _proxied[id(proxy)] = (proxy, app, task)
+    return task
 
 
 def _origin_here() -> str:

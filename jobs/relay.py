@@ -47,7 +47,7 @@ from jobs.db_rows import instance_from_row
 from jobs.locks import sweep_lock
 from jobs.logs import log
 from jobs.models import EventSubscription, OutboxEvent
-from jobs.producer import task_producer
+from jobs.producer import task_producer, task_send
 
 # Rows per batch: each batch costs about ten round trips (claim, read, XADD pipeline,
 # work items, mark, commit, wake-ups) whatever its size, so large batches amortise them.
@@ -139,6 +139,9 @@ def _relay_send(countdown: float | None) -> None:
     from jobs.tasks import outbox_relay
 
     try:
+        if countdown is None:
+            task_send(outbox_relay, (), queue=RELAY_QUEUE)
+            return
         # celery-stubs type countdown as float, but celery's own default is None.
         outbox_relay.apply_async(
             queue=RELAY_QUEUE,

@@ -127,13 +127,23 @@ def test_task_send_writes_the_message_apply_async_writes(own_redis, broker_at) -
                 assert ours["headers"]["id"] == sent == ours["properties"]["correlation_id"]
                 assert ours["headers"]["root_id"] == sent
                 assert ours["headers"]["traceparent"] != celerys["headers"]["traceparent"]
+        # The relay's wake-up (no arguments, a task of its own options) alike.
+        outbox_relay.apply_async(queue="relay")
+        task_send(outbox_relay, (), queue="relay")
+        celerys, ours = _entries(own_redis.url, "relay")
+        assert _without_ids(ours) == _without_ids(celerys)
+        assert ours["headers"]["task"] == "jobs.outbox_relay"
     finally:
         signals.before_task_publish.disconnect(before)
         signals.after_task_publish.disconnect(after)
     # Both ways told the publish signals the same, before and after each message.
     expected = [
-        (moment, {"sender": "runs.step", "routing_key": queue})
-        for queue in ("agent", "verify")
+        (moment, {"sender": sender, "routing_key": queue})
+        for sender, queue in (
+            ("runs.step", "agent"),
+            ("runs.step", "verify"),
+            ("jobs.outbox_relay", "relay"),
+        )
         for _ in range(2)
         for moment in ("before", "after")
     ]
