@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from celery import current_app, signals
+from celery import signals
+from celery._state import get_current_app
 from celery.app.routes import MapRoute
 from celery.app.task import Task
 from celery.backends.base import Backend
@@ -304,7 +305,7 @@ _proxied: dict[int, tuple[Any, Any, Any]] = {}
 
 
 def _task_of(proxy: Any) -> Any:
-    app = current_app._get_current_object()
+    app = get_current_app()
     known = _proxied.get(id(proxy))
     if known is not None and known[0] is proxy and known[1] is app:
         return known[2]
