@@ -213,7 +213,6 @@ class _SendPlan:
     it is sent from outside a task: Celery's choices, read once."""
 
     producer: RedisListProducer
-    queue: Any  # the kombu Queue the route expands to
     time_limit: float | None
     soft_time_limit: float | None
     ignore_result: bool
@@ -372,7 +371,6 @@ def _send_plan_read(app: Any, task: Any, queue: str) -> _SendPlan | None:
     policy = dict(conf.task_publish_retry_policy)
     return _SendPlan(
         producer=producer,
-        queue=declared,
         time_limit=time_limit,
         soft_time_limit=soft_time_limit,
         ignore_result=bool(task.ignore_result),
