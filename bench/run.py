@@ -9,6 +9,7 @@ and re-created) and starts and stops its own worker and web processes.
     .venv/bin/python -m bench.run                 # everything, default sizes
     .venv/bin/python -m bench.run --only wake,relay --reps 5
     .venv/bin/python -m bench.run --tiny          # seconds: the smoke test's sizes
+    .venv/bin/python -m bench.run --only compare --against HEAD~1   # figures 4, 5 of both
 """
 
 from __future__ import annotations
@@ -157,11 +158,13 @@ class Processes:
         self.logdir = logdir
         self.children: list[subprocess.Popen[bytes]] = []
 
-    def start(self, name: str, argv: list[str], **env: str) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, argv: list[str], cwd: Path = ROOT, **env: str
+    ) -> subprocess.Popen[bytes]:
         log = open(self.logdir / f"{name}.log", "ab")  # noqa: SIM115
         child = subprocess.Popen(
             argv,
-            cwd=ROOT,
+            cwd=cwd,
             env={**self.env, **env},
             stdout=log,
             stderr=log,
@@ -821,6 +824,7 @@ class Bench:
         layout: str,
         workers: int = 2,
         application: str = "agentplatform.asgi:application",
+        tree: Path = ROOT,
         **env: str,
     ) -> Iterator[int]:
         port = free_port()
@@ -853,7 +857,10 @@ class Bench:
                 "--log-level",
                 "warning",
             ]
-        child = self.procs.start(f"web-{layout}", argv, **env)
+        # Another tree's server (``--only compare``) imports that tree's code.
+        if tree != ROOT:
+            env = {"PYTHONPATH": str(tree), **env}
+        child = self.procs.start(f"web-{layout}", argv, cwd=tree, **env)
         import socket
 
         def up() -> bool:
@@ -971,6 +978,73 @@ class Bench:
                 )
             )
 
+    def m_compare(self) -> None:
+        """Figures 4 and 5 of this tree against those of another revision (``--against``),
+        in one run (not in the default run): a server of each, taking turns on the same
+        database, broker and connections, each figure against its own one-INSERT view as
+        figures 4 and 5 measure it. The machine's drift, which moves a figure between
+        runs by more than most changes do, is then the same for both. The other
+        revision is checked out in a temporary git worktree and served with this tree's
+        environment; it runs on the schema this tree migrated, so it is for changes that
+        leave the schema as it is."""
+        against = self.args.against
+        seconds = 1.0 if self.tiny else self.args.seconds
+        token = self.token()
+        body = self.ping_body()
+        revision = _git("rev-parse", "--short", against)
+        here = _git("rev-parse", "--short", "HEAD")
+        if _git("status", "--porcelain", "--untracked-files=no"):
+            here += " and changes"
+        labels = {"here": f"this tree ({here})", "there": f"{against} ({revision})"}
+        kinds = {
+            "submit": ("5. POST /api/tasks/", {"token": token, "repository": self.repository.pk}),
+            "webhook": ("4. webhook intake", {"secret": GITHUB_SECRET, "body_file": body}),
+        }
+        measured: dict[tuple[str, str], tuple[list[float], list[float]]] = {
+            (side, kind): ([], []) for side in labels for kind in kinds
+        }
+        say(f"compare: this tree against {against} ({revision}), {seconds:.0f} s per figure")
+        with tempfile.TemporaryDirectory(prefix="agentplatform-compare-") as scratch:
+            tree = Path(scratch) / "tree"
+            _git("worktree", "add", "--detach", str(tree), revision)
+            try:
+                with ExitStack() as servers:
+                    ports = {
+                        "here": servers.enter_context(self.server("asgi")),
+                        "there": servers.enter_context(self.server("asgi", tree=tree)),
+                    }
+                    for rep in range(self.reps):
+                        self.quiesce()
+                        self.database_settle()
+                        sides = list(labels) if rep % 2 == 0 else list(labels)[::-1]
+                        for side in sides:
+                            for kind, (_, extra) in kinds.items():
+                                baseline, figure = self.measure(
+                                    ports[side], kind, 32, seconds, **extra
+                                )
+                                measured[side, kind][0].append(figure["rps"])
+                                measured[side, kind][1].append(baseline["rps"])
+            finally:
+                _git("worktree", "remove", "--force", str(tree))
+        for kind, (name, _) in kinds.items():
+            for side, label in labels.items():
+                values, baselines = measured[side, kind]
+                self.table.add(
+                    Figure(f"{name}, {label}", "req/s", values, baselines, "one-INSERT view, asgi")
+                )
+
+    def ping_body(self) -> Path:
+        """A GitHub ping delivery's body for the webhook figures (a real one if the corpus
+        is there)."""
+        body = ROOT / "bench" / "ping.json"
+        corpus = Path("/work/shared/corpus/github/ping")
+        body.write_bytes(
+            next(iter(sorted(corpus.glob("*.json")))).read_bytes()
+            if corpus.is_dir()
+            else b'{"zen":"Keep it logically awesome.","hook_id":1}'
+        )
+        return body
+
     def token(self) -> str:
         from django.contrib.auth import get_user_model
 
@@ -987,13 +1061,7 @@ class Bench:
         seconds = 1.0 if self.tiny else self.args.seconds
         conns = 32
         say(f"web: {conns} connections, {seconds:.0f} s per figure")
-        body = ROOT / "bench" / "ping.json"
-        corpus = Path("/work/shared/corpus/github/ping")
-        body.write_bytes(
-            next(iter(sorted(corpus.glob("*.json")))).read_bytes()
-            if corpus.is_dir()
-            else b'{"zen":"Keep it logically awesome.","hook_id":1}'
-        )
+        body = self.ping_body()
         token = self.token()
         figures: dict[str, list[Any]] = {
             k: []
@@ -1684,6 +1752,15 @@ class Bench:
         return self.table.render()
 
 
+def _git(*args: str) -> str:
+    result = subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False, timeout=120
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"git {' '.join(args)}: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=3)
@@ -1691,7 +1768,13 @@ def main(argv: list[str] | None = None) -> str:
         "--only",
         default="",
         help=f"comma-separated: {','.join(MEASUREMENTS)}; also parts (where a submission's "
-        "cost goes), which the default run leaves out",
+        "cost goes) and compare (figures 4 and 5 against --against), which the default run "
+        "leaves out",
+    )
+    parser.add_argument(
+        "--against",
+        default="",
+        help="the git revision --only compare measures this tree against (e.g. HEAD~1)",
     )
     parser.add_argument("--tiny", action="store_true", help="smoke sizes (seconds)")
     parser.add_argument("--runs", type=int, default=60)
@@ -1715,6 +1798,8 @@ def main(argv: list[str] | None = None) -> str:
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be at least 1")
+    if "compare" in args.only.split(",") and not args.against:
+        parser.error("--only compare needs --against REVISION")
     # SIGTERM ends the run like Ctrl-C: the processes it started are stopped.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
     table = Bench(args).run()

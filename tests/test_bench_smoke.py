@@ -12,12 +12,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _bench_tiny(only: str) -> str:
+def _bench_tiny(only: str, *extra: str) -> str:
     """The table of ``bench.run`` at tiny sizes, one repetition, of the figures ``only``."""
     env = dict(os.environ)
     env.pop("DJANGO_SETTINGS_MODULE", None)
     result = subprocess.run(
-        [sys.executable, "-m", "bench.run", "--tiny", "--reps", "1", "--only", only],
+        [sys.executable, "-m", "bench.run", "--tiny", "--reps", "1", "--only", only, *extra],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -48,6 +48,55 @@ def test_bench_parts_measures_each_part_made_free() -> None:
         cells = [cell.strip() for cell in line.strip("|").split("|")]
         assert cells[3].endswith("(one-INSERT view, asgi)")
         assert float(cells[4]) > 0
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_bench_compare_measures_this_tree_and_the_other_revision() -> None:
+    worktrees = subprocess.run(
+        ["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    table = _bench_tiny("compare", "--against", "HEAD")
+    rows = [line for line in table.splitlines() if line.startswith(("| 4. webhook", "| 5. POST"))]
+    assert len(rows) == 4
+    for label in (
+        "5. POST /api/tasks/, this tree (",
+        "5. POST /api/tasks/, HEAD (",
+        "4. webhook intake, this tree (",
+        "4. webhook intake, HEAD (",
+    ):
+        (line,) = [row for row in rows if row.startswith(f"| {label}")]
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        # Each server answered its figure and the one-INSERT view taking turns with it.
+        assert cells[3].endswith("(one-INSERT view, asgi)")
+        assert float(cells[4]) > 0
+    # The other revision's checkout is gone with the run.
+    assert (
+        subprocess.run(
+            ["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
+        == worktrees
+    )
+
+
+def test_bench_compare_needs_a_revision() -> None:
+    from bench.run import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--only", "compare"])
+    assert stopped.value.code == 2  # argparse's usage error, before anything starts
+
+
+def test_bench_compare_names_a_revision_git_does_not_know() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", "from bench.run import _git; _git('rev-parse', 'no-such-rev')"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "git rev-parse no-such-rev:" in result.stderr
 
 
 @pytest.mark.services
