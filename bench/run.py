@@ -995,7 +995,8 @@ class Bench:
         here = _git("rev-parse", "--short", "HEAD")
         if _git("status", "--porcelain", "--untracked-files=no"):
             here += " and changes"
-        labels = {"here": f"this tree ({here})", "there": f"{against} ({revision})"}
+        there = against if revision.startswith(against) else f"{against} ({revision})"
+        labels = {"here": f"this tree ({here})", "there": there}
         kinds = {
             "submit": ("5. POST /api/tasks/", {"token": token, "repository": self.repository.pk}),
             "webhook": ("4. webhook intake", {"secret": GITHUB_SECRET, "body_file": body}),
