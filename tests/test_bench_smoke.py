@@ -53,9 +53,9 @@ def test_bench_parts_measures_each_part_made_free() -> None:
 @pytest.mark.services
 @pytest.mark.slow
 def test_bench_compare_measures_this_tree_and_the_other_revision() -> None:
-    worktrees = subprocess.run(
-        ["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
+    from bench.run import _git
+
+    worktrees = _git("worktree", "list")
     table = _bench_tiny("compare", "--against", "HEAD")
     rows = [line for line in table.splitlines() if line.startswith(("| 4. webhook", "| 5. POST"))]
     assert len(rows) == 4
@@ -71,12 +71,7 @@ def test_bench_compare_measures_this_tree_and_the_other_revision() -> None:
         assert cells[3].endswith("(one-INSERT view, asgi)")
         assert float(cells[4]) > 0
     # The other revision's checkout is gone with the run.
-    assert (
-        subprocess.run(
-            ["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout
-        == worktrees
-    )
+    assert _git("worktree", "list") == worktrees
 
 
 def test_bench_compare_needs_a_revision() -> None:
@@ -88,15 +83,10 @@ def test_bench_compare_needs_a_revision() -> None:
 
 
 def test_bench_compare_names_a_revision_git_does_not_know() -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", "from bench.run import _git; _git('rev-parse', 'no-such-rev')"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode != 0
-    assert "git rev-parse no-such-rev:" in result.stderr
+    from bench.run import _git
+
+    with pytest.raises(SystemExit, match="git rev-parse no-such-rev:"):
+        _git("rev-parse", "no-such-rev")
 
 
 @pytest.mark.services

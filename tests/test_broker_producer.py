@@ -47,6 +47,19 @@ def _without_ids(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
+def _read_back(url: str, queue_name: str, args: tuple[Any, ...]) -> None:
+    """kombu's own Redis channel reads the queue's two run messages: the task, its
+    arguments, acknowledgeable."""
+    with Connection(url) as connection:
+        queue = connection.SimpleQueue(queue_name)
+        for _ in range(2):
+            message = queue.get(timeout=5)
+            assert message.headers["task"] == "runs.step"
+            assert message.payload[0] == list(args)
+            message.ack()
+        queue.close()
+
+
 def test_a_wake_up_is_the_message_kombu_writes(own_redis, broker_at) -> None:
     broker_at(own_redis.url)
     producer = task_producer(app)
@@ -68,14 +81,7 @@ def test_a_wake_up_is_the_message_kombu_writes(own_redis, broker_at) -> None:
     assert _without_ids(relay_ours) == _without_ids(relay_kombu)
 
     # kombu's own channel reads it back: the task, its arguments, acknowledgeable.
-    with Connection(own_redis.url) as connection:
-        queue = connection.SimpleQueue("agent")
-        for _ in range(2):
-            message = queue.get(timeout=5)
-            assert message.headers["task"] == "runs.step"
-            assert message.payload[0] == list(args)
-            message.ack()
-        queue.close()
+    _read_back(own_redis.url, "agent", args)
 
 
 def test_what_it_does_not_write_itself_goes_through_kombu(own_redis, broker_at) -> None:
@@ -149,14 +155,7 @@ def test_task_send_writes_the_message_apply_async_writes(own_redis, broker_at) -
     ]
     assert heard == expected
 
-    with Connection(own_redis.url) as connection:
-        queue = connection.SimpleQueue("verify")
-        for _ in range(2):
-            message = queue.get(timeout=5)
-            assert message.headers["task"] == "runs.step"
-            assert message.payload[0] == list(args)
-            message.ack()
-        queue.close()
+    _read_back(own_redis.url, "verify", args)
 
 
 def test_task_send_inside_a_task_leaves_it_to_apply_async(own_redis, broker_at) -> None:
