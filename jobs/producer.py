@@ -51,6 +51,7 @@ class RedisListProducer:
         import redis as redis_client
 
         self.app = app
+        self.url = url
         # Celery wraps the publish in this connection's error translation; it is never
         # connected.
         self.connection = app.connection_for_write(url)
@@ -104,8 +105,21 @@ class RedisListProducer:
         redis_round.send(self.client, [redis_round.command("lpush", routing_key, message)], done)
 
     def _kombu_publish(self, body: Any, options: dict[str, Any]) -> None:
-        with self.app.producer_or_acquire() as producer:
+        """kombu's publish, with its retries, on a connection of its own whose socket
+        operations time out: kombu's Redis channel otherwise waits for good on a server
+        that takes the connection and never answers, and so would the thread sending
+        (``redis_round``: a web process's every wake-up after it)."""
+        timeouts = {"socket_timeout": KOMBU_TIMEOUT, "socket_connect_timeout": KOMBU_TIMEOUT}
+        with (
+            self.app.connection_for_write(self.url, transport_options=timeouts) as connection,
+            self.app.amqp.Producer(connection) as producer,
+        ):
             producer.publish(body, **options)
+
+
+# Seconds a publish left to kombu waits on the broker's socket before it fails (and
+# kombu's retry policy takes over).
+KOMBU_TIMEOUT = 5.0
 
 
 # Options of Producer.publish that are not message properties.

@@ -20,11 +20,8 @@ be lost.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import functools
-import os
-import threading
 import time
 import traceback
 import uuid
@@ -41,6 +38,7 @@ from django.db.models.sql import InsertQuery
 from django.utils import timezone
 
 from jobs import tracing
+from jobs.background import SendingThread
 from jobs.backoff import backoff_delay
 from jobs.db_rows import instance_from_row
 from jobs.locks import sweep_lock
@@ -302,8 +300,8 @@ def _drain_slot_key(queue: str, slot: int) -> str:
 
 def work_wake_new_on_commit(queue: str) -> None:
     """On commit, wake the drain of ``queue`` for an item created in this transaction."""
-    if settings.WORK_WAKE_BATCHED:
-        transaction.on_commit(lambda: _batcher.add(queue))
+    if settings.WAKE_UPS_BATCHED:
+        transaction.on_commit(lambda: _batcher.note(lambda queues: queues.add(queue)))
     else:
         transaction.on_commit(lambda: work_wake_new(queue))
 
@@ -347,48 +345,12 @@ def work_wake_reset() -> None:
                 client.delete(*keys)
 
 
-class _WakeBatcher:
-    """The drains' wake-ups of a threaded web server, sent from one thread of its own.
-
-    A request thread only notes the queue; the wake-ups noted while a round trip is
-    under way go together in the next one, so under load one round trip serves many
-    requests instead of each paying its own. ``WORK_WAKE_BATCHED`` (on in the web
-    entry point). A wake-up that dies with the process before it is sent is one lost
-    message: the sweep wakes the items.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._queues: set[str] = set()
-        self._noted = threading.Event()
-        self._pid = 0
-
-    def add(self, queue: str) -> None:
-        with self._lock:
-            self._queues.add(queue)
-            if self._pid != os.getpid():  # no thread yet, or it stayed in the parent
-                self._pid = os.getpid()
-                threading.Thread(target=self._loop, name="work-wake", daemon=True).start()
-                atexit.register(self.flush)
-        self._noted.set()
-
-    def flush(self) -> None:
-        with self._lock:
-            queues, self._queues = self._queues, set()
-        if queues:
-            work_wake_new(*sorted(queues))
-
-    def _loop(self) -> None:
-        while True:
-            self._noted.wait()
-            self._noted.clear()
-            try:
-                self.flush()
-            except Exception:  # never ends the thread: the sweep covers a lost wake-up
-                log.warning("work.wake_failed", exc_info=True)
-
-
-_batcher = _WakeBatcher()
+# The drains' wake-ups of a threaded web server (WAKE_UPS_BATCHED), sent from a thread
+# of their own: the queues noted while a round trip is under way go together in the
+# next one, so under load one round trip serves many requests (jobs.background).
+_batcher: SendingThread[set[str]] = SendingThread(
+    "work-wake", set, lambda queues: work_wake_new(*sorted(queues))
+)
 
 
 def _drain_send(queue: str, slot: int, client: Any) -> bool:

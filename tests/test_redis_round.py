@@ -4,7 +4,14 @@ gets its own results, its own errors, and its fallback when Redis is gone."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import threading
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -12,6 +19,9 @@ from django.conf import settings
 from redis.connection import AbstractConnection
 
 from jobs import redis_round
+from tests.conftest import SilentServer, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.services
 
@@ -88,23 +98,26 @@ def test_an_unreachable_server_fails_every_send_of_it(own_redis) -> None:
         redis_round.send(dead, [redis_round.command("set", "a", 1)], failing)
 
 
+def _submit(api: Any, repository: Any) -> str:
+    """Submit a task through the API; its run's id."""
+    response = api.post(
+        "/api/tasks/",
+        data=json.dumps({"repository": repository.pk, "instruction": "Fix it"}),
+        content_type="application/json",
+        headers={"Idempotency-Key": str(uuid.uuid4())},
+    )
+    assert response.status_code == 202
+    return str(response.json()["run_id"])
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_submissions_wake_ups_are_one_round_trip(submitter, writes) -> None:
     assert settings.CELERY_BROKER_URL == settings.REDIS_URL  # the test setup: one server
     api, repository = submitter
 
-    def submit() -> None:
-        response = api.post(
-            "/api/tasks/",
-            data=json.dumps({"repository": repository.pk, "instruction": "Fix it"}),
-            content_type="application/json",
-            headers={"Idempotency-Key": str(uuid.uuid4())},
-        )
-        assert response.status_code == 202
-
-    submit()  # warm: the relay's first wake-up also sends its task
+    _submit(api, repository)  # warm: the relay's first wake-up also sends its task
     writes.clear()
-    submit()
+    _submit(api, repository)
     # Before the submission, its rate limits' checks (one per throttle that applies).
     throttles = [write for write in writes if b"agentplatform:throttle" in write]
     assert len(throttles) == 1  # the user's (the client is not a token's)
@@ -112,3 +125,175 @@ def test_a_submissions_wake_ups_are_one_round_trip(submitter, writes) -> None:
     # The run's message on the agent queue, the relay's coalescing keys, the live views.
     assert b"LPUSH" in write and b"agent" in write
     assert b"agentplatform:relay:pending" in write and b"PUBLISH" in write
+
+
+# --- WAKE_UPS_BATCHED: rounds sent from a thread of the process's own -------------------
+
+
+@pytest.fixture
+def batched(settings) -> Iterator[None]:
+    settings.WAKE_UPS_BATCHED = True
+    yield
+    redis_round._sending.flush()  # nothing of this test's is left for the next one
+
+
+def _round(client: redis.Redis, value: str, done: redis_round.Done) -> None:
+    """What a request's commit does: a block of one send."""
+    with redis_round.together():
+        redis_round.send(client, [redis_round.command("lpush", "queue", value)], done)
+
+
+def _sending_held(client: redis.Redis) -> tuple[threading.Event, list[object]]:
+    """Hand over a first round whose ``done`` holds the sending thread until the event
+    returned is set; its result goes into the list returned."""
+    release, inside, held = threading.Event(), threading.Event(), []
+
+    def hold(outcome: object) -> None:
+        inside.set()
+        release.wait(30)
+        held.append(outcome)
+
+    _round(client, "first", hold)
+    assert inside.wait(30), "the sending thread took the first round"
+    return release, held
+
+
+def test_requests_hand_over_their_rounds_and_those_go_in_one_write(
+    own_redis, writes, batched
+) -> None:
+    client = redis.Redis.from_url(own_redis.url)
+    client.ping()
+    writes.clear()
+    release, held = _sending_held(client)
+    got: list[object] = []
+    requests = [
+        threading.Thread(target=_round, args=(client, f"request-{n}", got.append))
+        for n in range(20)
+    ]
+    for request in requests:
+        request.start()
+    for request in requests:
+        request.join(30)
+    # Every request went on while the thread was busy: none of them waited on Redis.
+    assert not any(request.is_alive() for request in requests)
+    assert client.llen("queue") == 1 and got == []
+    release.set()
+    wait_for(lambda: len(got) == 20, timeout=30, message="every round's results")
+    assert held == [[1]]
+    assert sorted(got) == [[n] for n in range(2, 22)]  # each its own LPUSH's result
+    # The first round, then the twenty handed over meanwhile.
+    assert len([write for write in writes if b"LPUSH" in write]) == 2
+    assert client.llen("queue") == 21
+
+
+def test_over_the_backlog_limit_the_oldest_rounds_are_dropped(
+    own_redis, batched, monkeypatch
+) -> None:
+    monkeypatch.setattr(redis_round, "BACKLOG_LIMIT", 5)
+    client = redis.Redis.from_url(own_redis.url)
+    release, _ = _sending_held(client)
+    got: list[object] = []
+    for n in range(8):
+        _round(client, f"request-{n}", got.append)
+    release.set()
+    wait_for(lambda: len(got) == 5, timeout=30, message="the rounds kept")
+    values = [value.decode() for value in reversed(client.lrange("queue", 0, -1))]
+    assert values == ["first"] + [f"request-{n}" for n in range(3, 8)]
+
+
+EXIT_SCRIPT = """
+import sys, threading, time
+import django
+django.setup()
+import redis
+from jobs import redis_round
+
+client = redis.Redis.from_url(sys.argv[1])
+inside = threading.Event()
+
+def slow(outcome):
+    inside.set()
+    time.sleep(0.5)  # the sending thread is busy when the process exits
+
+with redis_round.together():
+    redis_round.send(client, [redis_round.command("lpush", "queue", "first")], slow)
+inside.wait(30)
+for n in range(300):
+    with redis_round.together():
+        redis_round.send(client, [redis_round.command("lpush", "queue", n)])
+"""
+
+
+def test_rounds_handed_over_before_a_graceful_exit_are_sent(own_redis) -> None:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentplatform.settings",
+        "WAKE_UPS_BATCHED": "true",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT, own_redis.url],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert redis.Redis.from_url(own_redis.url).llen("queue") == 301
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_submission_in_a_batched_process_wakes_its_run(submitter, batched) -> None:
+    api, repository = submitter
+    queued = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    before = queued.llen("agent")
+    run_id = _submit(api, repository)
+    wait_for(lambda: queued.llen("agent") > before, timeout=30, message="the run's message")
+    bodies = [json.loads(entry) for entry in queued.lrange("agent", 0, -1)]
+    assert any(
+        body["headers"]["task"] == "runs.step"
+        and body["headers"]["argsrepr"].startswith(f"('{run_id}'")
+        for body in bodies
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_submission_does_not_wait_on_a_broker_that_does_not_answer(
+    submitter, batched, broker_at
+) -> None:
+    from runs.models import Run
+
+    api, repository = submitter
+    silent = SilentServer()
+    broker_at(silent.url)
+    try:
+        # Answered and committed while the run's message is still on its way: the
+        # sending thread waits for the broker's answers, which do not come.
+        run_id = _submit(api, repository)
+        assert Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).exists()
+        wait_for(lambda: silent.received, timeout=30, message="the sending thread's connection")
+        assert redis_round._sending.sending()
+    finally:
+        silent.close()
+        broker_at(None)
+
+
+@pytest.mark.timeout(60)
+def test_a_publish_left_to_kombu_gives_up_on_a_broker_that_does_not_answer(
+    monkeypatch, broker_at
+) -> None:
+    from agentplatform.celery import app
+    from jobs import producer
+
+    monkeypatch.setattr(producer, "KOMBU_TIMEOUT", 0.5)
+    silent = SilentServer()
+    broker_at(silent.url)
+    try:
+        sender = producer.RedisListProducer(app, silent.url)
+        options = {"exchange": "", "routing_key": "agent", "serializer": "json"}
+        with pytest.raises(Exception):  # kombu's error once its retries are spent
+            sender._kombu_publish({"hello": "world"}, {**options, "retry": False})
+        assert silent.received  # it did talk to the server
+    finally:
+        silent.close()
+        broker_at(None)

@@ -211,13 +211,13 @@ def test_a_refused_send_frees_the_slot_and_leaves_the_items_pending(
 
 
 def test_batched_wakeups_from_many_threads_send_one_drain(queue: str, settings: Any) -> None:
-    settings.WORK_WAKE_BATCHED = True
+    settings.WAKE_UPS_BATCHED = True
     start = threading.Barrier(8)
 
     def requests() -> None:
         start.wait()
         for _ in range(25):
-            jobs.work._batcher.add(queue)
+            jobs.work._batcher.note(lambda queues: queues.add(queue))
 
     threads = [threading.Thread(target=requests) for _ in range(8)]
     for thread in threads:
