@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 import uuid
 
 import pytest
@@ -51,8 +52,14 @@ def _is_one_batch(statement: str) -> None:
 
 def test_a_new_submission_is_one_batch_once_its_repository_is_remembered(submitter) -> None:
     api, repository = submitter
-    # The memory is used once this process's listener is confirmed.
-    wait_for(lambda: access_cache.generation() is not None, timeout=30, message="listener")
+    # The memory is used once this process's listener is confirmed, and the fixture's own
+    # changes (each notifies) are heard before the submissions, not between them.
+    made = time.monotonic()
+    wait_for(
+        lambda: access_cache.generation() is not None and access_cache.heard_since(made),
+        timeout=30,
+        message="listener",
+    )
     captured = _submission_statements(api, repository)
     # An admission lane, then the active runs of the workspace and of the repository and
     # the task, run, timeline and outbox rows: one statement, no BEGIN, no COMMIT. The

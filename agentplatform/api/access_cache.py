@@ -52,6 +52,8 @@ _lock = threading.Lock()
 _entries: dict[Hashable, tuple[int, float, Any]] = {}
 _generation = 0
 _confirmed_at = -math.inf
+# When the last probe that came back was sent: every change committed before it was heard.
+_heard_until = -math.inf
 _listener_pid: int | None = None
 _listener: threading.Thread | None = None
 _stopping = threading.Event()
@@ -144,14 +146,21 @@ def _signals_connect() -> None:
 _signals_connect()
 
 
-def _confirm() -> None:
-    global _confirmed_at
+def heard_since(moment: float) -> bool:
+    """Whether every change committed before ``moment`` (``time.monotonic()``) has been
+    heard: a probe sent after it came back."""
+    return _heard_until > moment
+
+
+def _confirm(sent_at: float) -> None:
+    global _confirmed_at, _heard_until
     _confirmed_at = time.monotonic()
+    _heard_until = sent_at
 
 
 def _unconfirm() -> None:
-    global _confirmed_at
-    _confirmed_at = -math.inf
+    global _confirmed_at, _heard_until
+    _confirmed_at = _heard_until = -math.inf
 
 
 def _listener_start() -> None:
@@ -206,6 +215,7 @@ def _listen(params: dict[str, Any]) -> None:
                     # moment (PgBouncer's transaction mode) loses it as it would lose
                     # them, and the memory is never trusted.
                     probe = secrets.token_hex(8)
+                    sent_at = time.monotonic()
                     sender.execute("SELECT pg_notify(%s, %s)", [PROBE_CHANNEL, probe])
                     for notify in conn.notifies(timeout=CONFIRM_EVERY):
                         if notify.channel != PROBE_CHANNEL:
@@ -213,7 +223,7 @@ def _listen(params: dict[str, Any]) -> None:
                         elif notify.payload == probe:
                             # Delivered after every change committed before it: all of
                             # them have been heard.
-                            _confirm()
+                            _confirm(sent_at)
         except Exception:
             _unconfirm()
             forget_all()
