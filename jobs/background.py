@@ -6,7 +6,8 @@ next send. A request thread then never waits on the broker: under load, a round 
 another process on the same cores waits for that process to be scheduled, and a request
 thread held there is one the server cannot use. ``WAKE_UPS_BATCHED`` (the web entry
 point turns it on) chooses this for the wake-ups of new work items and of a commit's
-Redis round.
+Redis round. A worker uses it for the rounds of step commits that wake no run, and
+sends what is left before its task ends (``redis_round.flush``).
 
 What is noted lives in this process's memory until it is sent. Sent or not, the state
 it wakes up for is committed: a wake-up that dies with the process, or is dropped over
@@ -39,9 +40,15 @@ class SendingThread(Generic[Noted]):
         self._name = name
         self._empty = empty
         self._send = send
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        # Also in a forked child: the parent's thread is not there, a lock it held would
+        # stay held, and what the parent noted is the parent's to send.
         self._lock = threading.Lock()
         self._sending = threading.Lock()
-        self._noted = empty()
+        self._noted = self._empty()
         self._wake = threading.Event()
         self._pid = 0
 

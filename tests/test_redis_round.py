@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -199,6 +201,40 @@ def test_over_the_backlog_limit_the_oldest_rounds_are_dropped(
     wait_for(lambda: len(got) == 5, timeout=30, message="the rounds kept")
     values = [value.decode() for value in reversed(client.lrange("queue", 0, -1))]
     assert values == ["first"] + [f"request-{n}" for n in range(3, 8)]
+
+
+def test_a_forked_child_sends_its_own_rounds_and_not_its_parents(own_redis, batched) -> None:
+    """A child forked while the parent's sending thread is inside a send (holding its
+    lock) and has a round waiting: the child's rounds go out, the parent's only once."""
+    client = redis.Redis.from_url(own_redis.url)
+    release, _held = _sending_held(client)
+    _round(client, "parent", None)
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest from here on, only its exit status
+        status = 1
+        try:
+            child = redis.Redis.from_url(own_redis.url)
+            with redis_round.together(background=True):
+                redis_round.send(child, [redis_round.command("lpush", "queue", "child")])
+            redis_round.flush()
+            status = 0
+        finally:
+            os._exit(status)
+    try:
+        deadline = time.monotonic() + 20
+        while (exited := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if exited[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the child hung on a lock its parent's sending thread held")
+        assert os.waitstatus_to_exitcode(exited[1]) == 0
+    finally:
+        release.set()
+    wait_for(lambda: client.llen("queue") == 3, timeout=30, message="the parent's round")
+    time.sleep(0.2)
+    values = [value.decode() for value in reversed(client.lrange("queue", 0, -1))]
+    assert values == ["first", "child", "parent"]
 
 
 EXIT_SCRIPT = """
