@@ -88,11 +88,14 @@ def test_a_delivery_whose_embedded_worker_was_killed_is_delivered_by_the_next(
     assert not ProcessedEvent.objects.filter(consumer="kill_once").exists()
 
     start_worker("embedded-b", queues="events", concurrency=1)
+    # The item is marked done after its handler's transaction (the receipt) commits: wait
+    # for that, not for the receipt alone.
     _sweep_until(
-        lambda: ProcessedEvent.objects.filter(consumer="kill_once", event_id=event_id).exists(),
+        lambda: WorkItem.objects.filter(pk=item.pk, status=WorkItem.Status.DONE).exists(),
         timeout=60,
         message="delivered by the next worker",
     )
+    assert ProcessedEvent.objects.filter(consumer="kill_once", event_id=event_id).exists()
     item.refresh_from_db()
     assert (item.status, item.crashes) == (WorkItem.Status.DONE, 1)
     redis.Redis.from_url(settings.REDIS_URL).delete(stream)

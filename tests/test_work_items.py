@@ -152,8 +152,12 @@ def test_consumer_backlog_survives_a_restart_of_its_redis_and_so_does_the_worker
     time.sleep(3)  # the worker reconnects (with backoff) instead of exiting
     assert worker.process.poll() is None, worker.output()[-3000:]
 
+    # An item is marked done after its handler's receipt commits: wait for both.
     _sweep_until(
-        lambda: ProcessedEvent.objects.filter(event_id__in=event_ids).count() == 16,
+        lambda: (
+            ProcessedEvent.objects.filter(event_id__in=event_ids).count() == 16
+            and not items.exclude(status=WorkItem.Status.DONE).exists()
+        ),
         timeout=60,
         message="every delivery consumed after the restart",
     )
