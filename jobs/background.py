@@ -6,8 +6,7 @@ next send. A request thread then never waits on the broker: under load, a round 
 another process on the same cores waits for that process to be scheduled, and a request
 thread held there is one the server cannot use. ``WAKE_UPS_BATCHED`` (the web entry
 point turns it on) chooses this for the wake-ups of new work items and of a commit's
-Redis round. A worker uses it for the rounds of step commits that wake no run, and
-sends what is left before its task ends (``redis_round.flush``).
+Redis round.
 
 What is noted lives in this process's memory until it is sent. Sent or not, the state
 it wakes up for is committed: a wake-up that dies with the process, or is dropped over

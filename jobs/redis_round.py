@@ -15,9 +15,7 @@ senders still get their results).
 With ``WAKE_UPS_BATCHED`` (the web server) a block's end hands its round to a thread of
 the process's own (``jobs.background``) instead of sending it: the request answers
 without waiting on Redis, and the rounds of requests that commit while one is under way
-go together in the next. A worker hands over the rounds that wake no run
-(``together(background=True)``: a step whose worker goes on with the run itself) and
-``flush``es before its task ends. A block's round still goes in one write per server, in the
+go together in the next. A block's round still goes in one write per server, in the
 order its sends were made, and every ``done`` is called, from that thread. While Redis
 is unreachable at most ``BACKLOG_LIMIT`` sends wait there; older ones are dropped, as
 messages Redis lost would be, and the sweeps wake what they were for.
@@ -74,14 +72,10 @@ def send(client: Any, commands: Sequence[Command], done: Done | None = None) -> 
 
 
 @contextmanager
-def together(*, background: bool = False) -> Iterator[None]:
+def together() -> Iterator[None]:
     """Queue the ``send``s made inside; send them when the block ends, errors or not
     (what was queued was decided by callbacks of a commit that happened). A block inside
-    another one adds to the outer block's round.
-
-    ``background``: hand the round to the sending thread, as ``WAKE_UPS_BATCHED`` does
-    for every block; for a round nobody waits for, whose caller ``flush``es before its
-    work counts as done."""
+    another one adds to the outer block's round."""
     if getattr(_local, "queued", None) is not None:
         yield
         return
@@ -92,16 +86,10 @@ def together(*, background: bool = False) -> Iterator[None]:
     finally:
         _local.queued = None
         if queued:
-            if background or settings.WAKE_UPS_BATCHED:
+            if settings.WAKE_UPS_BATCHED:
                 _sending.note(lambda backlog: _backlog_add(backlog, queued))
             else:
                 _send_by_server(queued)
-
-
-def flush() -> None:
-    """Send, in this thread, every round handed over and not sent yet (after a send under
-    way): a worker's task calls it before its message is acknowledged."""
-    _sending.flush()
 
 
 def _send_by_server(queued: list[Queued]) -> None:

@@ -587,23 +587,8 @@ def step_execute(
     then one step on, its lease kept by this owner or given back, and no wake-up was
     sent for that step, so the retry takes it.
 
-    A commit whose wake-ups do not include the run's (the lease kept, a wait, the run's
-    end) hands them to the process's sending thread (``redis_round``) and the worker goes
-    on at once; before this returns or raises, whatever was handed over is sent, so a
-    task's wake-ups are all out before its message is acknowledged, as when each commit
-    sent its own.
-
     Raises on unexpected errors after giving the lease back, so the Celery task retries.
     """
-    try:
-        return _slice_execute(run_id=run_id, step_no=step_no, owner=owner, slice=slice, retry=retry)
-    finally:
-        redis_round.flush()
-
-
-def _slice_execute(
-    *, run_id: str, step_no: int, owner: str | None, slice: StepSlice | None, retry: bool
-) -> str:
     owner = owner or worker_identity()
     if slice is not None:
         slice.step_no = step_no
@@ -746,10 +731,8 @@ def _commit_in_transaction(
     # one statement instead of two, under the row lock it takes anyway.
     reserved = len(events)
     fields["last_sequence_no"] = F("last_sequence_no") + reserved
-    # The commit's wake-ups in one round trip (redis_round), sent once the block ends;
-    # by the sending thread when none of them is the run's (see step_execute).
-    wakes_run = not keep and status in STEPPABLE and not outcome.wait
-    with redis_round.together(background=not wakes_run), transaction.atomic():
+    # The commit's wake-ups in one round trip (redis_round), sent once the block ends.
+    with redis_round.together(), transaction.atomic():
         last = _fenced_update(lease, source, fields)
         if last is None:
             raise LeaseLost(f"lease on run {run.id} lost before commit")
@@ -766,7 +749,7 @@ def _commit_in_transaction(
         # The next step's wake-up is the first thing sent on commit (before the relay's
         # and the live views' wake-ups): it is what the run waits for.
         # (With the lease kept, this worker takes the next step itself.)
-        if wakes_run:
+        if not keep and status in STEPPABLE and not outcome.wait:
             dispatch.run_wake_on_commit(run_id=run.id, step_no=next_step, status=status)
         events_record(task=ctx.task, run=run, events=events, reserved=(last, reserved))
         if target in TERMINAL:
@@ -875,11 +858,9 @@ def _commit_at_once(
     status = target or source
     run.status = status
     run.last_sequence_no = expected + len(events)
-    # The wake-ups (the next step's, the relay's, the live views') in one round trip;
-    # by the sending thread when the run's is not among them (see step_execute).
-    wakes_run = not keep and status in STEPPABLE and not outcome.wait
-    with redis_round.together(background=not wakes_run):
-        if wakes_run:
+    # The wake-ups (the next step's, the relay's, the live views') in one round trip.
+    with redis_round.together():
+        if not keep and status in STEPPABLE and not outcome.wait:
             # Outside a transaction "on commit" is now; a refused send is logged, as there.
             dispatch.run_wake_on_commit(run_id=run.id, step_no=lease.step_no + 1, status=status)
         if events:

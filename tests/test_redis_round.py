@@ -213,10 +213,8 @@ def test_a_forked_child_sends_its_own_rounds_and_not_its_parents(own_redis, batc
     if pid == 0:  # the child: no pytest from here on, only its exit status
         status = 1
         try:
-            child = redis.Redis.from_url(own_redis.url)
-            with redis_round.together(background=True):
-                redis_round.send(child, [redis_round.command("lpush", "queue", "child")])
-            redis_round.flush()
+            _round(redis.Redis.from_url(own_redis.url), "child", None)
+            redis_round._sending.flush()
             status = 0
         finally:
             os._exit(status)

@@ -8,26 +8,19 @@ after any step. A step that fails inside the slice is retried as that step.
 from __future__ import annotations
 
 import itertools
-import json
-import threading
 import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
-import redis
-from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
-from jobs import redis_round
-from jobs.relay import run_channel
 from runs import dispatch, engine
 from runs.engine import Outcome, StepSlice, step_execute
 from runs.models import Run, Task
 from runs.reaper import zombies_reap
 from runs.tasks import run_step
-from tests.conftest import database_backend_terminate, wait_for
+from tests.conftest import database_backend_terminate
 
 pytestmark = pytest.mark.django_db(transaction=True)
 S = Run.Status
@@ -159,60 +152,6 @@ def test_each_step_of_a_slice_is_committed_before_the_next_begins(run, handlers)
     step_execute(run_id=str(run.id), step_no=0, owner="w1", slice=StepSlice(seconds=30))
 
     assert committed == [(S.PLANNING, 3, "w1"), (S.RUNNING, 4, "w1")]
-
-
-def test_commits_that_wake_no_run_leave_their_wake_ups_to_the_sending_thread(run, handlers, wakes):
-    """A kept lease's commit does not wait on Redis for the relay's and the live views'
-    wake-ups: with the sending thread held, the whole slice commits and only the run's
-    wake-up (sent at once) and its round are out. The task does not end before the rest
-    are sent."""
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    listener = client.pubsub(ignore_subscribe_messages=True)
-    listener.subscribe(run_channel(run.id))
-    release, inside = threading.Event(), threading.Event()
-
-    def hold(outcome: object) -> None:
-        inside.set()
-        release.wait(30)
-
-    with redis_round.together(background=True):
-        redis_round.send(client, [redis_round.command("ping")], hold)
-    assert inside.wait(30), "the sending thread took the held round"
-    ended: list[str] = []
-
-    def task() -> None:
-        try:
-            ended.append(step_execute(run_id=str(run.id), step_no=0, slice=StepSlice(seconds=30)))
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=task)
-    try:
-        worker.start()
-        wait_for(lambda: Run.objects.get(pk=run.pk).step_no == 5, timeout=30)
-        assert wakes == [(5, "verify")]
-        time.sleep(0.3)
-        assert worker.is_alive() and ended == []
-        early = _announced(listener, 0.3)
-    finally:
-        release.set()
-    worker.join(30)
-    assert ended == [S.VERIFYING]
-    # The four kept commits' announcements went out after the thread was released; the
-    # last commit's went with the run's wake-up, at once.
-    assert early == [5]
-    assert sorted(early + _announced(listener, 1.0)) == [1, 2, 3, 4, 5]
-    listener.close()
-
-
-def _announced(listener: Any, seconds: float) -> list[int]:
-    """The sequence numbers announced on the run's channel within ``seconds``."""
-    sequences, until = [], time.monotonic() + seconds
-    while (left := until - time.monotonic()) > 0:
-        message = listener.get_message(timeout=left)
-        if message is not None:
-            sequences.append(json.loads(message["data"])["sequence"])
-    return sequences
 
 
 def test_without_a_slice_one_step_is_taken_and_the_next_is_woken(run, handlers, wakes):
