@@ -691,7 +691,7 @@ class Bench:
                         instruction="bench",
                     ).run
                 self.wait_terminal([run.id], timeout=60)
-                time.sleep(0.15)  # idle again: the relay and consumers are done
+                self.worker_idle_wait()
                 started = float(self.redis.get(f"bench:started:{run.id}"))
                 latencies.append(started - committed[0])
             latencies = latencies[1:]  # the first warms the worker process
@@ -731,6 +731,40 @@ class Bench:
         self.procs.stop(raw)
         for child in worker:
             self.procs.stop(child)
+
+    def worker_idle_wait(self) -> None:
+        """Until the worker is idle again: no relay pass due and no message queued or
+        being worked on; then as long as the raw baseline's pause between samples.
+
+        A run's end leaves its events' last relay pass due a coalescing window later
+        (``OUTBOX_RELAY_COALESCE_SECONDS``), and its consumers after that: a fixed pause
+        shorter than the window started the next sample beside them.
+        """
+        from agentplatform.dashboard import (
+            REDIS_PRIORITY_SEPARATOR,
+            REDIS_PRIORITY_STEPS,
+            queue_names,
+        )
+        from jobs.relay import RELAY_SCHEDULED_KEY
+
+        queues = [
+            *queue_names(),
+            *(
+                f"{q}{REDIS_PRIORITY_SEPARATOR}{step}"
+                for q in queue_names()
+                for step in REDIS_PRIORITY_STEPS
+            ),
+        ]
+
+        def idle() -> bool:
+            return (
+                not self.redis.exists(RELAY_SCHEDULED_KEY)
+                and not self.broker.hlen("unacked")
+                and not any(self.broker.llen(q) for q in queues)
+            )
+
+        wait_for(idle, 30, "an idle worker", every=0.01)
+        time.sleep(0.05)
 
     # 3: outbox relay
 
