@@ -183,6 +183,18 @@ class Processes:
         self.children = [child for child in self.children if child not in children]
 
 
+def broker_queue_keys(extra: list[str] | None = None) -> list[str]:
+    """The Redis lists of the platform's queues (and ``extra`` ones), with the lists of
+    their priority steps."""
+    from agentplatform.dashboard import REDIS_PRIORITY_SEPARATOR, REDIS_PRIORITY_STEPS, queue_names
+
+    queues = [*queue_names(), *(extra or [])]
+    return [
+        *queues,
+        *(f"{q}{REDIS_PRIORITY_SEPARATOR}{step}" for q in queues for step in REDIS_PRIORITY_STEPS),
+    ]
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.02) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -327,25 +339,14 @@ class Bench:
 
     def broker_purge(self) -> None:
         """Every message queued or unacknowledged, and the relay's coalescing flags."""
-        from agentplatform.dashboard import (
-            REDIS_PRIORITY_SEPARATOR,
-            REDIS_PRIORITY_STEPS,
-            queue_names,
-        )
         from jobs.relay import RELAY_PENDING_KEY, RELAY_SCHEDULED_KEY
 
         if self.own_redis:
             # The benchmark's own redis-server: nothing in it outlives a figure.
             self.broker.flushdb()
             return
-        queues = [*queue_names(), "rawbench"]
         self.broker.delete(
-            *queues,
-            *(
-                f"{q}{REDIS_PRIORITY_SEPARATOR}{step}"
-                for q in queues
-                for step in REDIS_PRIORITY_STEPS
-            ),
+            *broker_queue_keys(extra=["rawbench"]),
             "unacked",
             "unacked_index",
             RELAY_PENDING_KEY,
@@ -740,21 +741,9 @@ class Bench:
         (``OUTBOX_RELAY_COALESCE_SECONDS``), and its consumers after that: a fixed pause
         shorter than the window started the next sample beside them.
         """
-        from agentplatform.dashboard import (
-            REDIS_PRIORITY_SEPARATOR,
-            REDIS_PRIORITY_STEPS,
-            queue_names,
-        )
         from jobs.relay import RELAY_SCHEDULED_KEY
 
-        queues = [
-            *queue_names(),
-            *(
-                f"{q}{REDIS_PRIORITY_SEPARATOR}{step}"
-                for q in queue_names()
-                for step in REDIS_PRIORITY_STEPS
-            ),
-        ]
+        queues = broker_queue_keys()
 
         def idle() -> bool:
             return (
