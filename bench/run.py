@@ -852,11 +852,16 @@ class Bench:
     ) -> Iterator[int]:
         port = free_port()
         if layout == "asgi":
+            # The production web server; a tree from before it (``--only compare``)
+            # under uvicorn's own workers, as that tree was deployed.
+            if (tree / "agentplatform" / "web.py").exists():
+                launcher = ["agentplatform.web", "--application", application]
+            else:
+                launcher = ["uvicorn", application]
             argv = [
                 PY,
                 "-m",
-                "uvicorn",
-                application,
+                *launcher,
                 "--host",
                 "127.0.0.1",
                 "--port",

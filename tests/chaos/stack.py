@@ -1,6 +1,6 @@
 """The platform under test: its own PostgreSQL and Redis, web, two workers and beat.
 
-Deployed as the README's production section deploys it (uvicorn with two workers, Celery
+Deployed as the README's production section deploys it (the web server with two workers, Celery
 workers on every queue, the leader-elected beat), with a shorter run lease so crashed
 steps are found in seconds.
 """
@@ -115,8 +115,7 @@ class Stack:
             [
                 python_command(),
                 "-m",
-                "uvicorn",
-                "agentplatform.asgi:application",
+                "agentplatform.web",
                 "--host",
                 "127.0.0.1",
                 "--port",
