@@ -15,6 +15,8 @@ SIGTERM or SIGINT stops them all; each stops accepting and finishes the requests
 flight (uvicorn's graceful shutdown, at most ``--timeout-graceful-shutdown`` seconds).
 A worker that cannot start (the address taken, the application failing to import)
 stops the server with uvicorn's start-up failure status instead of being restarted.
+A worker whose event loop stalls keeps its share of new connections (with one shared
+socket the other workers would take them): a worker's liveness here is its process's.
 """
 
 from __future__ import annotations
