@@ -33,9 +33,9 @@ from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from uvicorn.config import STARTUP_FAILURE
+
 APPLICATION = "agentplatform.asgi:application"
-# uvicorn's exit status for a server that did not start (uvicorn.config.STARTUP_FAILURE).
-STARTUP_FAILURE = 3
 # A worker that dies is replaced after this pause, so a crash loop does not spin.
 RESTART_PAUSE_SECONDS = 1.0
 
@@ -133,7 +133,8 @@ class Supervisor:
         return self.status
 
     def _stop_all(self) -> None:
-        grace = float(self.options.get("timeout_graceful_shutdown") or 30) + 5
+        # A worker still running a while after its own limit is killed.
+        grace = self.options["timeout_graceful_shutdown"] + 5
         for process in self.processes:
             if process.is_alive() and process.pid is not None:
                 os.kill(process.pid, signal.SIGTERM)
@@ -159,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--timeout-graceful-shutdown",
         type=int,
-        default=None,
-        help="seconds a stopping worker waits for requests in flight (default: no limit)",
+        default=30,
+        help="seconds a stopping worker waits for requests in flight (default: 30)",
     )
     args = parser.parse_args(argv)
     if args.workers < 1:
