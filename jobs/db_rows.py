@@ -304,6 +304,36 @@ def instance_from_row(model: type[Any], values: Any) -> Any:
     return model.from_db(connection.alias, attnames, row_convert(values, converting))
 
 
+# Per model: its concrete fields, in the constructor's positional order.
+_NEW_FIELDS: dict[type[Any], list[tuple[str, Any]]] = {}
+
+
+def instance_new(model: type[Any], related: dict[str, Any] | None = None, **values: Any) -> Any:
+    """A new, unsaved instance, as ``model(**values)`` builds it: every field not given
+    holds its default, and each instance in ``related`` (by relation name) is cached on
+    it, its key set. ``values`` are by attname (``workspace_id``, not ``workspace``).
+
+    The constructor's positional form, which ``from_db`` uses too: the keyword form
+    looks every field up by name, and cost four times as much for a run's 33 fields.
+    """
+    fields = _NEW_FIELDS.get(model)
+    if fields is None:
+        fields = _NEW_FIELDS[model] = [(f.attname, f) for f in model._meta.concrete_fields]
+    related = related or {}
+    for name, obj in related.items():
+        values[model._meta.get_field(name).attname] = obj.pk
+    args = [
+        values.pop(attname) if attname in values else field.get_default()
+        for attname, field in fields
+    ]
+    if values:
+        raise TypeError(f"{model.__name__}: no concrete fields {sorted(values)}")
+    instance = model(*args)
+    for name, obj in related.items():
+        model._meta.get_field(name).set_cached_value(instance, obj)
+    return instance
+
+
 # Per model: how each concrete field's value goes into a JSON row (see ``row_json``).
 _JSON_WRITERS: dict[type[Any], list[tuple[str, str, str]]] = {}
 
