@@ -319,9 +319,9 @@ def instance_new(model: type[Any], related: dict[str, Any] | None = None, **valu
     fields = _NEW_FIELDS.get(model)
     if fields is None:
         fields = _NEW_FIELDS[model] = [(f.attname, f) for f in model._meta.concrete_fields]
-    related = related or {}
-    for name, obj in related.items():
-        values[model._meta.get_field(name).attname] = obj.pk
+    relations = [(model._meta.get_field(name), obj) for name, obj in (related or {}).items()]
+    for relation, obj in relations:
+        values[relation.attname] = obj.pk
     args = [
         values.pop(attname) if attname in values else field.get_default()
         for attname, field in fields
@@ -329,8 +329,8 @@ def instance_new(model: type[Any], related: dict[str, Any] | None = None, **valu
     if values:
         raise TypeError(f"{model.__name__}: no concrete fields {sorted(values)}")
     instance = model(*args)
-    for name, obj in related.items():
-        model._meta.get_field(name).set_cached_value(instance, obj)
+    for relation, obj in relations:
+        relation.set_cached_value(instance, obj)
     return instance
 
 

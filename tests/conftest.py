@@ -20,6 +20,7 @@ from django.conf import settings
 
 from runs import demo
 from runs.management.process_groups import process_groups_stop
+from tests.chaos.services import live_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT_DIR = ROOT / "test-output"
@@ -317,18 +318,7 @@ def web_server(**env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
 
 def processes_with(token: str) -> list[int]:
     """Host pids of live processes whose command line holds ``token``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if token.encode() in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
+    return [pid for pid, _, cmdline in live_processes() if token.encode() in cmdline]
 
 
 def wait_for(

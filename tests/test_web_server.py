@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from tests.chaos.services import live_processes
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,18 +34,11 @@ pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 def _children(pid: int) -> list[int]:
     """The live worker processes of the server ``pid`` (not multiprocessing's helper)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (entry / "cmdline").read_bytes()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z" and b"spawn_main" in cmdline:
-            found.append(int(entry.name))
-    return sorted(found)
+    return sorted(
+        child
+        for child, fields, cmdline in live_processes()
+        if int(fields[1]) == pid and b"spawn_main" in cmdline
+    )
 
 
 def _established_inodes(port: int) -> set[str]:

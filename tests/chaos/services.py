@@ -13,7 +13,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 PG_BIN = Path(os.environ.get("CHAOS_PG_BIN", "/usr/lib/postgresql/15/bin"))
@@ -255,19 +255,24 @@ class Child:
         return total / CLOCK_TICKS
 
 
-def group_members(pgid: int) -> list[int]:
-    members = []
+def live_processes() -> Iterator[tuple[int, list[str], bytes]]:
+    """Every live process (zombies left out: they hold no CPU or port): its pid, the
+    fields of its ``stat`` after the command name (``[0]`` the state, ``[1]`` the parent,
+    ``[2]`` the process group) and its command line."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError):
             continue
-        # fields[0] is the state, [2] the process group; zombies hold no CPU or port.
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
+        if fields[0] != "Z":
+            yield int(entry.name), fields, cmdline
+
+
+def group_members(pgid: int) -> list[int]:
+    return [pid for pid, fields, _ in live_processes() if int(fields[2]) == pgid]
 
 
 def remove_tree(path: Path) -> None:
