@@ -13,7 +13,10 @@ idempotent (receipts, ProcessedEvent rows, notification rows), so running one ag
 a crash repeats nothing. A claim that finds an expired lease knows the previous worker
 died holding it: after ``WORK_POISON_CRASHES`` such deaths the item is dead-lettered as
 poison instead of killing workers forever. Ordinary failures retry with backoff until
-the kind's ``max_attempts``, then become dead letters; a requeue sets the same row
+the kind's ``max_attempts``, then become dead letters. A handler that must wait for
+someone else (another holder's lease on its side effect) raises ``WorkDeferred``: the
+item comes back when the wait is over without spending an attempt, so a holder that
+died mid-call never turns its waiting successors into dead letters. A requeue sets the same row
 pending again in the transaction that reopens the letter, so nothing is sent that could
 be lost.
 """
@@ -51,6 +54,15 @@ WORK_TASK = "jobs.work"
 
 class PermanentWorkError(Exception):
     """The work can never succeed as it is: dead-letter it without retrying."""
+
+
+class WorkDeferred(Exception):
+    """The work cannot go on for ``seconds`` yet (another holder's lease, which ends by
+    itself): run it again then, and give back the attempt this run spent."""
+
+    def __init__(self, message: str, *, seconds: float) -> None:
+        super().__init__(message)
+        self.seconds = max(0.0, float(seconds))
 
 
 @dataclass(frozen=True)
@@ -673,6 +685,17 @@ def _failed(item: WorkItem, spec: WorkKind, exc: Exception) -> str:
     error = f"{type(exc).__name__}: {exc}"[:2000]
     permanent = isinstance(exc, (PermanentWorkError, *spec.permanent))
     now = timezone.now()
+    if isinstance(exc, WorkDeferred):
+        WorkItem.objects.filter(pk=item.pk, claim=item.claim).update(
+            lease_until=None,
+            claim="",
+            due_at=now + timedelta(seconds=exc.seconds),
+            attempts=F("attempts") - 1,
+            last_error=error,
+        )
+        log.info("work.deferred", kind=item.kind, key=item.key, delay=round(exc.seconds, 2))
+        work_wake([(item.pk, item.queue)], countdown=exc.seconds)
+        return "deferred"
     if permanent or item.attempts >= spec.max_attempts:
         with transaction.atomic():
             updated = WorkItem.objects.filter(pk=item.pk, claim=item.claim).update(

@@ -5,10 +5,16 @@ key for comments, so every comment carries a hidden marker with the event id; wh
 earlier attempt may have posted (the row exists but is not marked sent), the sender
 looks for the marker before posting again. A crash can therefore not double-comment,
 except in the instant between GitHub storing the comment and listing it.
+
+The row's lease says a sender is calling GitHub. It covers one call and is renewed
+before the next, so a sender that died mid-call holds back the next attempt for at most
+one call's time; that attempt is deferred (``WorkDeferred``) until the lease ends,
+without spending one of its retries.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +27,7 @@ from django.utils import timezone
 from jobs.consumers import Completion, Consumer, Event, PermanentConsumerError
 from jobs.logs import log
 from jobs.models import Notification
+from jobs.work import WorkDeferred
 
 CHANNEL_GITHUB_COMMENT = "github_comment"
 MARKER = "<!-- agentplatform:notification:{event_id} -->"
@@ -32,12 +39,19 @@ class GitHubUnavailable(Exception):
     """A retryable GitHub failure (5xx, rate limit, network)."""
 
 
-class NotificationInFlight(Exception):
-    """Another attempt holds the notification's lease (its call may still succeed): retry."""
+class NotificationInFlight(WorkDeferred):
+    """Another attempt holds the notification's lease (its call may still succeed): come
+    back when the lease ends."""
+
+
+def _timeout() -> float:
+    return float(getattr(settings, "GITHUB_TIMEOUT_SECONDS", 30.0))
 
 
 def _lease_seconds() -> float:
-    return 2 * float(getattr(settings, "GITHUB_TIMEOUT_SECONDS", 30.0)) * MARKER_SEARCH_PAGES
+    """How long one call may take: connecting, sending and reading, each up to the
+    timeout."""
+    return 3 * _timeout()
 
 
 def github_target(source_ref: dict[str, Any]) -> tuple[str, int] | None:
@@ -87,7 +101,7 @@ def _client() -> httpx.Client:
     return httpx.Client(
         base_url=settings.GITHUB_API_URL.rstrip("/"),
         headers=headers,
-        timeout=getattr(settings, "GITHUB_TIMEOUT_SECONDS", 30.0),
+        timeout=_timeout(),
     )
 
 
@@ -101,8 +115,11 @@ def _check(response: httpx.Response) -> None:
     raise PermanentConsumerError(f"GitHub answered {status}: {response.text[:300]}")
 
 
-def _find_marked(client: httpx.Client, path: str, marker: str) -> dict[str, Any] | None:
+def _find_marked(
+    client: httpx.Client, path: str, marker: str, before_call: Callable[[], None]
+) -> dict[str, Any] | None:
     for page in range(1, MARKER_SEARCH_PAGES + 1):
+        before_call()
         response = client.get(path, params={"per_page": 100, "page": page})
         _check(response)
         comments = response.json()
@@ -137,17 +154,32 @@ def source_notify(event: Event) -> Completion:
         if note.status != Notification.Status.PENDING:
             return None
         if note.lease_until is not None and note.lease_until > now:
-            raise NotificationInFlight(f"notification {note.pk} is being sent")
+            raise NotificationInFlight(
+                f"notification {note.pk} is being sent",
+                seconds=(note.lease_until - now).total_seconds(),
+            )
         Notification.objects.filter(pk=note.pk).update(
             attempts=F("attempts") + 1, lease_until=now + timedelta(seconds=_lease_seconds())
         )
     pr = PullRequest.objects.filter(task_id=task_id).order_by("-updated_at").first()
     path = f"/repos/{repo}/issues/{number}/comments"
     marker = MARKER.format(event_id=event.id)
+    calls = 0
+
+    def before_call() -> None:
+        # The lease taken above covers the first call; each later one renews it.
+        nonlocal calls
+        if calls:
+            Notification.objects.filter(pk=note.pk).update(
+                lease_until=timezone.now() + timedelta(seconds=_lease_seconds())
+            )
+        calls += 1
+
     try:
         with _client() as client:
-            comment = _find_marked(client, path, marker) if note.attempts > 0 else None
+            comment = _find_marked(client, path, marker, before_call) if note.attempts else None
             if comment is None:
+                before_call()
                 response = client.post(
                     path, json={"body": comment_body(event=event, pr_url=pr.url if pr else "")}
                 )

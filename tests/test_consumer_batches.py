@@ -21,7 +21,7 @@ from django.db import transaction
 from jobs.consumers import Completion, Consumer, Event, event_consume
 from jobs.models import ProcessedEvent, WorkItem
 from jobs.relay import outbox_drain
-from jobs.work import work_execute, work_sweep
+from jobs.work import WorkDeferred, work_execute, work_sweep
 from runs.models import Run
 from runs.timeline import PendingEvent, events_record
 from tests.factories import TaskFactory
@@ -31,11 +31,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # (run id, turn_no) per side effect, in the order the completions ran.
 seen: list[tuple[str, int]] = []
 fail_turn: dict[str, int] = {}
+# run id -> (turn_no, seconds): that turn is deferred (someone else holds its side effect).
+defer_turn: dict[str, tuple[int, float]] = {}
 
 
 def record(event: Event) -> Completion:
     if fail_turn.get(str(event.run_id)) == event.data["turn_no"]:
         raise RuntimeError("this turn cannot be handled yet")
+    turn, seconds = defer_turn.get(str(event.run_id), (0, 0.0))
+    if turn == event.data["turn_no"]:
+        raise WorkDeferred("another sender holds this turn", seconds=seconds)
 
     def write() -> None:
         seen.append((str(event.run_id), int(event.data["turn_no"])))
@@ -53,6 +58,7 @@ def recorder(settings: Any) -> Any:
     settings.EVENT_CONSUMERS = ["tests.test_consumer_batches.RECORDER"]
     seen.clear()
     fail_turn.clear()
+    defer_turn.clear()
     yield
     redis.Redis.from_url(settings.REDIS_URL).delete(name)
 
@@ -157,6 +163,35 @@ def test_a_failing_event_is_split_off_and_does_not_hold_back_the_rest(workspace)
     assert work_execute(item_id=singles[ids[2]].pk) == "done"
     assert sorted(turn for _, turn in seen) == [1, 2, 3, 4, 5]
     assert ProcessedEvent.objects.filter(consumer="recorder").count() == 5
+
+
+def test_a_deferred_event_waits_as_long_as_it_was_told_without_spending_attempts(workspace):
+    (run_id,) = _interleaved(workspace, runs=1, turns=3)
+    defer_turn[run_id] = (2, 600.0)
+    outbox_drain()
+    (batch,) = _items()
+    ids = batch.args["event_ids"]
+
+    assert work_execute(item_id=batch.pk) == "done"
+    singles = {i.args["event_id"]: i for i in _items() if i.pk != batch.pk}
+    waiting = singles[ids[1]]
+    # Due when the wait ends (not after the retry base of 2 s); the event after it goes on.
+    assert (waiting.due_at - batch.created_at).total_seconds() > 590
+    assert work_execute(item_id=singles[ids[2]].pk) == "done"
+
+    # Run again while still told to wait: pending, the attempt given back, due later.
+    for _ in range(10):
+        WorkItem.objects.filter(pk=waiting.pk).update(due_at=batch.created_at)
+        assert work_execute(item_id=waiting.pk) == "deferred"
+    waiting.refresh_from_db()
+    assert (waiting.status, waiting.attempts, waiting.claim) == (WorkItem.Status.PENDING, 0, "")
+    assert "WorkDeferred" in waiting.last_error
+    assert (waiting.due_at - batch.created_at).total_seconds() > 590
+
+    defer_turn.clear()
+    WorkItem.objects.filter(pk=waiting.pk).update(due_at=batch.created_at)
+    assert work_execute(item_id=waiting.pk) == "done"
+    assert sorted(turn for _, turn in seen) == [1, 2, 3]
 
 
 def test_a_batch_whose_worker_died_is_split_so_a_poison_event_dies_alone(workspace):

@@ -166,7 +166,8 @@ def event_consume(
         try:
             _consume_one(spec, current, payload=payloads.get(current))
         except Exception as exc:
-            _split(spec, failed=current, rest=[e for e in ids[index + 1 :] if e not in done])
+            rest = [e for e in ids[index + 1 :] if e not in done]
+            _split(spec, failed=current, rest=rest, error=exc)
             log.warning(
                 "consumer.batch_split",
                 consumer=consumer,
@@ -178,12 +179,16 @@ def event_consume(
     return "processed"
 
 
-def _split(spec: Consumer, *, failed: str, rest: list[str]) -> None:
-    """Single-event work items for a failed event (after the retry delay) and the rest."""
-    from jobs.work import work_kind
+def _split(spec: Consumer, *, failed: str, rest: list[str], error: Exception) -> None:
+    """Single-event work items for a failed event and the rest. The failed one is due
+    after the retry delay, or after the wait a deferral (``WorkDeferred``) named."""
+    from jobs.work import WorkDeferred, work_kind
 
-    retry = work_kind("event.consume").retry_base_seconds
-    _singles(spec.name, [(failed, retry), *((e, 0.0) for e in rest)])
+    if isinstance(error, WorkDeferred):
+        delay = error.seconds
+    else:
+        delay = work_kind("event.consume").retry_base_seconds
+    _singles(spec.name, [(failed, delay), *((e, 0.0) for e in rest)])
 
 
 def _singles(consumer: str, events: list[tuple[str, float]]) -> None:
