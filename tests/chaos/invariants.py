@@ -58,6 +58,9 @@ class Findings:
     stuck: int = 0
     failed_runs: int = 0
     dead_letters: int = 0
+    # What the report shows of them: run, reason and detail; letter, task and exception.
+    failures: list[str] = field(default_factory=list)
+    letters: list[str] = field(default_factory=list)
     model_requests: int = 0
     model_reasked: int = 0  # requests of a turn before its checkpoint (a killed asker)
     violations: list[str] = field(default_factory=list)
@@ -255,6 +258,8 @@ def _check(load: Load, exits: list[str]) -> Findings:
             found.add("stuck", 1, f"run {run.id} is {run.status}")
         if run.status in {"failed", "timed_out"}:
             found.failed_runs += 1
+            detail = " ".join((run.failure_detail or "").split())[:300]
+            found.failures.append(f"run {run.id} {run.status}: {run.failure_reason}: {detail}")
             if not run.failure_reason:
                 found.violations.append(f"no reason: run {run.id} {run.status} without a reason")
 
@@ -330,7 +335,12 @@ def _check(load: Load, exits: list[str]) -> Findings:
         elif got < expected:
             found.add("lost", expected - got, f"issue {number}: no completion comment")
 
-    found.dead_letters = DeadLetter.objects.filter(workspace_id=workspace_id).count()
+    letters = list(DeadLetter.objects.filter(workspace_id=workspace_id).order_by("created_at"))
+    found.dead_letters = len(letters)
+    found.letters = [
+        f"{letter.task_name} {letter.args}: {' '.join(letter.exception.split())[:300]}"
+        for letter in letters
+    ]
     found.violations.extend(f"exit: {e}" for e in exits)
     return found
 

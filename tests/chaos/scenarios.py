@@ -115,8 +115,10 @@ class Result:
         self.violations.extend(found.violations)
         if found.failed_runs:
             self.notes.append(f"{found.failed_runs} runs failed (with a reason)")
+            self.notes.extend(f"  {failure}" for failure in found.failures[:5])
         if found.dead_letters:
             self.notes.append(f"{found.dead_letters} dead letters")
+            self.notes.extend(f"  {letter}" for letter in found.letters[:5])
         if found.model_requests:
             self.notes.append(
                 f"{found.model_requests} model requests at the endpoint, "
