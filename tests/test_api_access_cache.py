@@ -6,6 +6,7 @@ migration would make it, so no signal of this process can have told the cache.""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -61,6 +62,14 @@ def member() -> tuple[Any, str, Any]:
     user = UserFactory()
     Membership.objects.create(workspace=workspace, user=user, role="member")
     token, secret = api_token_issue(user=user)
+    # The rows' own notifications reach the listener a moment later; a test's first
+    # lookup before they arrive would be forgotten when they do.
+    written = time.monotonic()
+    wait_for(
+        lambda: access_cache.generation() is not None and access_cache.heard_since(written),
+        timeout=30,
+        message="the writes heard",
+    )
     return token, secret, repository
 
 
