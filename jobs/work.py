@@ -16,9 +16,9 @@ poison instead of killing workers forever. Ordinary failures retry with backoff 
 the kind's ``max_attempts``, then become dead letters. A handler that must wait for
 someone else (another holder's lease on its side effect) raises ``WorkDeferred``: the
 item comes back when the wait is over without spending an attempt, so a holder that
-died mid-call never turns its waiting successors into dead letters. A requeue sets the same row
-pending again in the transaction that reopens the letter, so nothing is sent that could
-be lost.
+died mid-call never turns its waiting successors into dead letters. A requeue sets the
+same row pending again in the transaction that reopens the letter, so nothing is sent
+that could be lost.
 """
 
 from __future__ import annotations
