@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 from django.db import transaction
@@ -22,50 +22,40 @@ from runs.models import Run
 from runs.notify import MARKER
 from runs.timeline import PendingEvent, events_record
 from tests.factories import TaskFactory
+from tests.test_consumer_outgoing_http import Recorder
 from tests.test_work_items import _sweep_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-class GitHub(BaseHTTPRequestHandler):
+class GitHub(Recorder):
     """Issue comments; the first POST is stored, then its sender is killed unanswered."""
-
-    server: ThreadingHTTPServer
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def _reply(self, status: int, body: object) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_GET(self) -> None:
         self.server.gets += 1
-        self._reply(200, self.server.comments)
+        super().do_GET()
 
     def do_POST(self) -> None:
+        if self.server.victim is None:
+            super().do_POST()
+            return
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        comment = {
-            "id": len(self.server.comments) + 1,
-            "body": body["body"],
-            "html_url": f"https://github.test/c{len(self.server.comments) + 1}",
-        }
-        self.server.comments.append(comment)
-        if self.server.victim is not None:
-            victim, self.server.victim = self.server.victim, None
-            victim.kill()
-            return  # the connection dies with its sender
-        self._reply(201, comment)
+        self.server.comments.append(
+            {
+                "id": len(self.server.comments) + 1,
+                "body": body["body"],
+                "html_url": f"https://github.test/c{len(self.server.comments) + 1}",
+            }
+        )
+        victim, self.server.victim = self.server.victim, None
+        victim.kill()  # the connection dies with its sender, unanswered
 
 
 @pytest.fixture
 def github():
     server = ThreadingHTTPServer(("127.0.0.1", 0), GitHub)
-    server.comments, server.gets, server.victim = [], 0, None
+    server.comments, server.requests, server.failures = [], [], 0
+    server.gets, server.victim = 0, None
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server

@@ -243,7 +243,7 @@ import sys, threading, time
 import django
 django.setup()
 import redis
-from jobs import redis_round, relay
+from jobs import redis_round
 
 client = redis.Redis.from_url(sys.argv[1])
 inside = threading.Event()
