@@ -449,6 +449,7 @@ class WorkItemAdmin(ReadOnlyQueueAdmin):
         "status",
         "attempts",
         "crashes",
+        "deferrals",
         "due_at",
         "woken_at",
         "lease_until",

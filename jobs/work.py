@@ -58,7 +58,9 @@ class PermanentWorkError(Exception):
 
 class WorkDeferred(Exception):
     """The work cannot go on for ``seconds`` yet (another holder's lease, which ends by
-    itself): run it again then, and give back the attempt this run spent."""
+    itself): run it again then, and give back the attempt this run spent. Past its
+    kind's ``max_deferrals`` a deferral spends the attempt like any failure, so work
+    that never stops deferring ends as a dead letter instead of waiting for ever."""
 
     def __init__(self, message: str, *, seconds: float) -> None:
         super().__init__(message)
@@ -73,6 +75,8 @@ class WorkKind:
     max_attempts: int = 6
     retry_base_seconds: float = 2.0
     retry_max_seconds: float = 600.0
+    # Deferrals (WorkDeferred) that give back their attempt; the ones after them count.
+    max_deferrals: int = 50
     # Exceptions that mean "never retry" besides PermanentWorkError.
     permanent: tuple[type[BaseException], ...] = field(default_factory=tuple)
     # For items that bundle several units of work: ``split(**item.args)`` hands the
@@ -237,6 +241,7 @@ def _reopen(item: WorkItem, *, args: dict[str, Any] | None = None) -> None:
         due_at=timezone.now(),
         attempts=0,
         crashes=0,
+        deferrals=0,
         wakes=0,
         woken_at=None,
         lease_until=None,
@@ -685,16 +690,18 @@ def _failed(item: WorkItem, spec: WorkKind, exc: Exception) -> str:
     error = f"{type(exc).__name__}: {exc}"[:2000]
     permanent = isinstance(exc, (PermanentWorkError, *spec.permanent))
     now = timezone.now()
-    if isinstance(exc, WorkDeferred):
+    deferral = exc if isinstance(exc, WorkDeferred) else None
+    if deferral is not None and item.deferrals < spec.max_deferrals:
         WorkItem.objects.filter(pk=item.pk, claim=item.claim).update(
             lease_until=None,
             claim="",
-            due_at=now + timedelta(seconds=exc.seconds),
+            due_at=now + timedelta(seconds=deferral.seconds),
             attempts=F("attempts") - 1,
+            deferrals=F("deferrals") + 1,
             last_error=error,
         )
-        log.info("work.deferred", kind=item.kind, key=item.key, delay=round(exc.seconds, 2))
-        work_wake([(item.pk, item.queue)], countdown=exc.seconds)
+        log.info("work.deferred", kind=item.kind, key=item.key, delay=round(deferral.seconds, 2))
+        work_wake([(item.pk, item.queue)], countdown=deferral.seconds)
         return "deferred"
     if permanent or item.attempts >= spec.max_attempts:
         with transaction.atomic():
@@ -712,6 +719,8 @@ def _failed(item: WorkItem, spec: WorkKind, exc: Exception) -> str:
     delay = backoff_delay(
         attempt=item.attempts, base=spec.retry_base_seconds, cap=spec.retry_max_seconds
     )
+    if deferral is not None:
+        delay = max(delay, deferral.seconds)
     due = now + timedelta(seconds=delay)
     WorkItem.objects.filter(pk=item.pk, claim=item.claim).update(
         lease_until=None, claim="", due_at=due, last_error=error

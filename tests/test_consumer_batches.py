@@ -19,9 +19,17 @@ import redis
 from django.db import transaction
 
 from jobs.consumers import Completion, Consumer, Event, event_consume
-from jobs.models import ProcessedEvent, WorkItem
+from jobs.models import DeadLetter, ProcessedEvent, WorkItem
 from jobs.relay import outbox_drain
-from jobs.work import WorkDeferred, work_execute, work_sweep
+from jobs.work import (
+    WorkDeferred,
+    WorkKind,
+    work_enqueue,
+    work_execute,
+    work_kind,
+    work_kind_register,
+    work_sweep,
+)
 from runs.models import Run
 from runs.timeline import PendingEvent, events_record
 from tests.factories import TaskFactory
@@ -192,6 +200,34 @@ def test_a_deferred_event_waits_as_long_as_it_was_told_without_spending_attempts
     WorkItem.objects.filter(pk=waiting.pk).update(due_at=batch.created_at)
     assert work_execute(item_id=waiting.pk) == "done"
     assert sorted(turn for _, turn in seen) == [1, 2, 3]
+
+
+def always_deferred() -> None:
+    raise WorkDeferred("the holder never lets go", seconds=30.0)
+
+
+def test_work_that_never_stops_deferring_ends_as_a_dead_letter(workspace):
+    name = f"test.always_deferred.{uuid.uuid4().hex[:8]}"
+    work_kind_register(
+        WorkKind(name=name, handler=always_deferred, max_attempts=2, max_deferrals=3)
+    )
+    assert work_kind(name).max_deferrals == 3
+    with transaction.atomic():
+        item = work_enqueue(kind=name, key="k", args={})
+    outcomes = []
+    for _ in range(8):
+        WorkItem.objects.filter(pk=item.pk).update(due_at=item.created_at)
+        outcomes.append(work_execute(item_id=item.pk))
+        item.refresh_from_db()
+        if item.status != WorkItem.Status.PENDING:
+            break
+        # Every wait is the one the deferral named, the retries' included (not 2 s).
+        assert (item.due_at - item.created_at).total_seconds() > 25
+    # Three deferrals give back their attempt; the ones after them spend it, as failures.
+    assert outcomes == ["deferred"] * 3 + ["retry", "dead"]
+    assert (item.status, item.deferrals, item.attempts) == (WorkItem.Status.DEAD, 3, 2)
+    (letter,) = DeadLetter.objects.filter(task_name=name)
+    assert "WorkDeferred" in letter.exception
 
 
 def test_a_batch_whose_worker_died_is_split_so_a_poison_event_dies_alone(workspace):

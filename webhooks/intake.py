@@ -237,6 +237,7 @@ _WORK_COLUMNS = (
     "claim",
     "attempts",
     "crashes",
+    "deferrals",
     "last_error",
     "traceparent",
     "created_at",
@@ -263,7 +264,7 @@ WITH receipt AS (
 ), item AS (
     INSERT INTO {WorkItem._meta.db_table} ({", ".join(_WORK_COLUMNS)})
     SELECT %(kind)s, receipt.id::text, jsonb_build_object('receipt_id', receipt.id),
-        %(queue)s, %(pending)s, %(now)s, NULL, 0, NULL, '', 0, 0, '', %(traceparent)s,
+        %(queue)s, %(pending)s, %(now)s, NULL, 0, NULL, '', 0, 0, 0, '', %(traceparent)s,
         %(now)s, NULL
     FROM receipt
     RETURNING id, queue
