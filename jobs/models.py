@@ -257,8 +257,10 @@ class WorkItem(models.Model):
     claim = models.CharField(max_length=64, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     crashes = models.PositiveIntegerField(default=0)
-    # Runs that deferred (WorkDeferred) and gave back their attempt.
-    deferrals = models.PositiveIntegerField(default=0)
+    # Runs that deferred (WorkDeferred) and gave back their attempt. Its default is the
+    # database's too: an INSERT written before the column (a process not yet upgraded)
+    # still works.
+    deferrals = models.PositiveIntegerField(default=0, db_default=0)
     last_error = models.TextField(blank=True)
     # The trace the work belongs to (its event's, or its producer's), whoever wakes it.
     traceparent = models.CharField(max_length=55, blank=True)
