@@ -155,25 +155,30 @@ def test_worker_survives_a_postgres_restart(own_postgres, tmp_path):
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    before = item("before")
-    app.send_task("jobs.work", args=[before], queue=queue)
-    # The letter does not exist: the item fails and is retried later, which is enough
-    # to show the worker used its database.
     try:
-        wait_for(lambda: attempts(before) >= 1, timeout=30, message="work before the restart")
-    except AssertionError:
-        os.killpg(worker.pid, signal.SIGKILL)
-        raise AssertionError((tmp_path / "worker.log").read_text()[-3000:]) from None
+        before = item("before")
+        app.send_task("jobs.work", args=[before], queue=queue)
+        # The letter does not exist: the item fails and is retried later, which is
+        # enough to show the worker used its database.
+        try:
+            wait_for(lambda: attempts(before) >= 1, timeout=30, message="work before the restart")
+        except AssertionError:
+            raise AssertionError((tmp_path / "worker.log").read_text()[-3000:]) from None
 
-    own_postgres.pg_ctl("restart")
+        own_postgres.pg_ctl("restart")
 
-    after = item("after")
-    try:
+        after = item("after")
         app.send_task("jobs.work", args=[after], queue=queue)
         wait_for(lambda: attempts(after) >= 1, timeout=60, message="work after the restart")
         assert worker.poll() is None
     finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(20)
+        # Whatever failed, the worker does not outlive the test.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
         log.close()
     assert "Unrecoverable error" not in (tmp_path / "worker.log").read_text()
