@@ -257,7 +257,7 @@ class WorkItem(models.Model):
     claim = models.CharField(max_length=64, blank=True)
     attempts = models.PositiveIntegerField(default=0)
     crashes = models.PositiveIntegerField(default=0)
-    # Runs that deferred (WorkDeferred) and gave back their attempt. Its default is the
+    # Times its handler deferred (WorkDeferred) and gave back the attempt. Its default is the
     # database's too: an INSERT written before the column (a process not yet upgraded)
     # still works.
     deferrals = models.PositiveIntegerField(default=0, db_default=0)
