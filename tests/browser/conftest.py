@@ -22,6 +22,9 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.core.management.base import CommandError
+from django.db import OperationalError
+from django.test import TransactionTestCase
 
 from runs.management.process_groups import process_groups_stop
 from tests.conftest import OUTPUT_DIR, ROOT
@@ -61,6 +64,32 @@ SERVED_DB = pytest.mark.django_db(
     transaction=True,
     available_apps=[app for app in settings.INSTALLED_APPS if app != "django.contrib.contenttypes"],
 )
+
+
+FLUSH_TRIES = 5
+
+
+@pytest.fixture(autouse=True, scope="module")
+def flush_retried_on_deadlock() -> Iterator[None]:
+    """The served stack (other processes) keeps working while a test's data is flushed:
+    a transaction of its that writes two tables and the flush's TRUNCATE of every table
+    can each hold a lock the other waits for, and PostgreSQL then cancels one of them,
+    sometimes the flush. The flush is tried again, as the stack retries its own."""
+    original = TransactionTestCase._fixture_teardown
+
+    def retried(self: TransactionTestCase) -> None:
+        for attempt in range(1, FLUSH_TRIES + 1):
+            try:
+                original(self)
+                return
+            except (CommandError, OperationalError) as exc:
+                if attempt == FLUSH_TRIES or "deadlock detected" not in str(exc.__cause__ or exc):
+                    raise
+                time.sleep(0.2 * attempt)
+
+    TransactionTestCase._fixture_teardown = retried
+    yield
+    TransactionTestCase._fixture_teardown = original
 
 
 @dataclass
