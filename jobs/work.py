@@ -691,19 +691,9 @@ def _failed(item: WorkItem, spec: WorkKind, exc: Exception) -> str:
     permanent = isinstance(exc, (PermanentWorkError, *spec.permanent))
     now = timezone.now()
     deferral = exc if isinstance(exc, WorkDeferred) else None
-    if deferral is not None and item.deferrals < spec.max_deferrals:
-        WorkItem.objects.filter(pk=item.pk, claim=item.claim).update(
-            lease_until=None,
-            claim="",
-            due_at=now + timedelta(seconds=deferral.seconds),
-            attempts=F("attempts") - 1,
-            deferrals=F("deferrals") + 1,
-            last_error=error,
-        )
-        log.info("work.deferred", kind=item.kind, key=item.key, delay=round(deferral.seconds, 2))
-        work_wake([(item.pk, item.queue)], countdown=deferral.seconds)
-        return "deferred"
-    if permanent or item.attempts >= spec.max_attempts:
+    # A deferral gives back the attempt it spent, up to the kind's max_deferrals.
+    given_back = deferral if deferral is not None and item.deferrals < spec.max_deferrals else None
+    if given_back is None and (permanent or item.attempts >= spec.max_attempts):
         with transaction.atomic():
             updated = WorkItem.objects.filter(pk=item.pk, claim=item.claim).update(
                 status=WorkItem.Status.DEAD,
@@ -716,18 +706,29 @@ def _failed(item: WorkItem, spec: WorkKind, exc: Exception) -> str:
                 _dead_letter(item, exception=error, tb=traceback.format_exc())
         log.error("work.dead", kind=item.kind, key=item.key, error=error[:300])
         return "dead"
-    delay = backoff_delay(
-        attempt=item.attempts, base=spec.retry_base_seconds, cap=spec.retry_max_seconds
-    )
-    if deferral is not None:
-        delay = max(delay, deferral.seconds)
-    due = now + timedelta(seconds=delay)
+    counts: dict[str, Any] = {}
+    if given_back is not None:
+        delay = given_back.seconds
+        counts = {"attempts": F("attempts") - 1, "deferrals": F("deferrals") + 1}
+    else:
+        delay = backoff_delay(
+            attempt=item.attempts, base=spec.retry_base_seconds, cap=spec.retry_max_seconds
+        )
+        if deferral is not None:
+            delay = max(delay, deferral.seconds)
     WorkItem.objects.filter(pk=item.pk, claim=item.claim).update(
-        lease_until=None, claim="", due_at=due, last_error=error
+        lease_until=None,
+        claim="",
+        due_at=now + timedelta(seconds=delay),
+        last_error=error,
+        **counts,
     )
-    log.warning("work.retry", kind=item.kind, key=item.key, delay=round(delay, 2), error=error)
+    if given_back is not None:
+        log.info("work.deferred", kind=item.kind, key=item.key, delay=round(delay, 2))
+    else:
+        log.warning("work.retry", kind=item.kind, key=item.key, delay=round(delay, 2), error=error)
     work_wake([(item.pk, item.queue)], countdown=delay)
-    return "retry"
+    return "retry" if given_back is None else "deferred"
 
 
 def _dead_letter(item: WorkItem, *, exception: str, tb: str) -> None:

@@ -56,14 +56,20 @@ class Findings:
     lost: int = 0
     duplicated: int = 0
     stuck: int = 0
-    failed_runs: int = 0
-    dead_letters: int = 0
-    # What the report shows of them: run, reason and detail; letter, task and exception.
+    # Failed runs (run, reason and detail) and dead letters (task, args and exception).
     failures: list[str] = field(default_factory=list)
     letters: list[str] = field(default_factory=list)
     model_requests: int = 0
     model_reasked: int = 0  # requests of a turn before its checkpoint (a killed asker)
     violations: list[str] = field(default_factory=list)
+
+    @property
+    def failed_runs(self) -> int:
+        return len(self.failures)
+
+    @property
+    def dead_letters(self) -> int:
+        return len(self.letters)
 
     def add(self, kind: str, count: int, evidence: str) -> None:
         if count <= 0:
@@ -257,7 +263,6 @@ def _check(load: Load, exits: list[str]) -> Findings:
         if run.status not in RUN_TERMINAL:
             found.add("stuck", 1, f"run {run.id} is {run.status}")
         if run.status in {"failed", "timed_out"}:
-            found.failed_runs += 1
             detail = " ".join((run.failure_detail or "").split())[:300]
             found.failures.append(f"run {run.id} {run.status}: {run.failure_reason}: {detail}")
             if not run.failure_reason:
@@ -336,7 +341,6 @@ def _check(load: Load, exits: list[str]) -> Findings:
             found.add("lost", expected - got, f"issue {number}: no completion comment")
 
     letters = list(DeadLetter.objects.filter(workspace_id=workspace_id).order_by("created_at"))
-    found.dead_letters = len(letters)
     found.letters = [
         f"{letter.task_name} {letter.args}: {' '.join(letter.exception.split())[:300]}"
         for letter in letters
