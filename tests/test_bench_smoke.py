@@ -40,6 +40,27 @@ def test_bench_runs_with_tiny_sizes() -> None:
 
 @pytest.mark.services
 @pytest.mark.slow
+def test_bench_scale_takes_turns_with_a_copy_of_the_small_database() -> None:
+    import psycopg
+
+    from bench.run import bench_environment
+
+    table = _bench_tiny("scale")
+    rows = [line for line in table.splitlines() if line.startswith("| 6. ")]
+    assert any("lease acquisition, 5,000 finished runs" in row for row in rows)
+    assert all("in turns" in row for row in rows if "lease" in row or "admission" in row)
+    env = bench_environment()
+    with psycopg.connect(env["BENCH_ADMIN_URL"], autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s",
+            [env["BENCH_DATABASE"] + "%"],
+        ).fetchall()
+    # The copy is gone; the benchmark's own database stays, as every figure leaves it.
+    assert [name for (name,) in left if name != env["BENCH_DATABASE"]] == []
+
+
+@pytest.mark.services
+@pytest.mark.slow
 def test_bench_parts_measures_each_part_made_free() -> None:
     rows = [line for line in _bench_tiny("parts").splitlines() if "POST /api/tasks/," in line]
     assert len(rows) == 4
