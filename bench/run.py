@@ -142,12 +142,26 @@ def bench_environment() -> dict[str, str]:
     return env
 
 
-def database_recreate(env: dict[str, str]) -> None:
+def database_recreate(env: dict[str, str], name: str = "", template: str = "") -> None:
+    """Database ``name`` (the benchmark's own by default) dropped if it exists and
+    created anew: empty, or as a copy of ``template``."""
     import psycopg
 
+    name = name or env["BENCH_DATABASE"]
+    database_drop(env, name)
+    copy = f' TEMPLATE "{template}"' if template else ""
     with psycopg.connect(env["BENCH_ADMIN_URL"], autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{env["BENCH_DATABASE"]}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{env["BENCH_DATABASE"]}"')
+        conn.execute(f'CREATE DATABASE "{name}"{copy}')
+
+
+def database_drop(env: dict[str, str], name: str = "") -> None:
+    """Database ``name`` (the benchmark's own by default) dropped if it exists, whoever
+    is connected to it."""
+    import psycopg
+
+    name = name or env["BENCH_DATABASE"]
+    with psycopg.connect(env["BENCH_ADMIN_URL"], autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 class Processes:
@@ -1466,7 +1480,7 @@ class Bench:
             wal = self.wal_per_submission(50 if self.tiny else 300)
         finally:
             dispatch.run_wake = original
-            self.database_drop(copy)
+            database_drop(self.env, copy)
         figures = measured[large]
         self.table.add(
             Figure(
@@ -1552,18 +1566,7 @@ class Bench:
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
                 [self.env["BENCH_DATABASE"]],
             )
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.env["BENCH_DATABASE"]}"')
-
-    def database_drop(self, name: str) -> None:
-        import psycopg
-        from django.db import connection
-
-        if connection.settings_dict["NAME"] == name:
-            connection.close()
-            connection.settings_dict["NAME"] = self.env["BENCH_DATABASE"]
-        with psycopg.connect(self.env["BENCH_ADMIN_URL"], autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        database_recreate(self.env, name, template=self.env["BENCH_DATABASE"])
 
     @contextmanager
     def database_named(self, name: str) -> Iterator[None]:
