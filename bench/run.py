@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -63,6 +64,34 @@ class Figure:
     def med(self, xs: list[float]) -> float:
         return statistics.median(xs) if xs else float("nan")
 
+    def ratio(self) -> float:
+        """The median over the baseline's median (NaN without a baseline)."""
+        v, b = self.med(self.values), self.med(self.baseline)
+        return v / b if self.baseline and b and v == v else float("nan")
+
+    def met(self) -> bool | None:
+        """Whether the figure meets its target, judged on the unrounded figures (a ratio
+        of 0.396 printed as 0.40 does not meet ``>= 0.4``); None without a target or a
+        measurement. A target without a unit, or in ``x``, bounds the ratio when the
+        figure has a baseline; any other bounds the median: ``< 20 ms``, ``<= 3``, ``0``
+        (exactly), ``~0`` (within 0.01)."""
+        match = _TARGET.match(self.target)
+        if match is None:
+            return None
+        op, bound, unit = match.group(1) or "==", float(match.group(2)), match.group(3) or ""
+        on_ratio = bool(self.baseline) and unit in ("", "x")
+        x = self.ratio() if on_ratio else self.med(self.values)
+        if x != x:
+            return None
+        return {
+            ">=": x >= bound,
+            "<=": x <= bound,
+            ">": x > bound,
+            "<": x < bound,
+            "==": x == bound,
+            "~": abs(x - bound) < 0.01,
+        }[op]
+
     def row(self) -> list[str]:
         def fmt(x: float) -> str:
             if x != x:
@@ -75,11 +104,22 @@ class Figure:
 
         v, b = self.med(self.values), self.med(self.baseline)
         spread = f"{fmt(min(self.values))}..{fmt(max(self.values))}" if self.values else "-"
-        ratio = "-"
-        if self.baseline and b and v == v:
-            ratio = f"{v / b:.2f}"
+        ratio = self.ratio()
         base = f"{fmt(b)} ({self.baseline_name})" if self.baseline else "-"
-        return [self.name, f"{fmt(v)} {self.unit}", spread, base, ratio, self.target]
+        met = {True: "yes", False: "no", None: ""}[self.met()]
+        return [
+            self.name,
+            f"{fmt(v)} {self.unit}",
+            spread,
+            base,
+            "-" if ratio != ratio else f"{ratio:.2f}",
+            self.target,
+            met,
+        ]
+
+
+# A target: a comparison (none: equal), a bound and the bound's unit, if any.
+_TARGET = re.compile(r"(>=|<=|<|>|~)?\s*(\d+(?:\.\d+)?)\s*([A-Za-z][\w/-]*)?")
 
 
 class Table:
@@ -93,7 +133,15 @@ class Table:
         return figure
 
     def render(self) -> str:
-        header = ["measurement", "median", "min..max", "baseline (same run)", "ratio", "target"]
+        header = [
+            "measurement",
+            "median",
+            "min..max",
+            "baseline (same run)",
+            "ratio",
+            "target",
+            "met",
+        ]
         rows = [header] + [f.row() for f in self.figures]
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines = [
@@ -101,7 +149,14 @@ class Table:
             for r in rows
         ]
         lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-        return "\n".join(lines + [""] + [f"- {n}" for n in self.notes])
+        return "\n".join(lines + [""] + [f"- {n}" for n in [self.verdict(), *self.notes]])
+
+    def verdict(self) -> str:
+        """How many figures with a target met it, and which did not."""
+        judged = [f for f in self.figures if f.met() is not None]
+        missed = [f.name.strip() for f in judged if not f.met()]
+        told = f"targets met: {len(judged) - len(missed)} of {len(judged)}"
+        return told + (f"; missed: {'; '.join(missed)}" if missed else "")
 
 
 def say(message: str) -> None:
@@ -1688,7 +1743,7 @@ class Bench:
                 cpu,
                 poll_cpu,
                 "100 ms polling loop",
-                "< 0.6 (1% of a core)",
+                "< 0.6 CPU-s/min (1% of a core)",
                 higher_is_better=False,
             )
         )

@@ -123,3 +123,27 @@ def test_an_unknown_part_stops_the_parts_server() -> None:
     )
     assert result.returncode != 0
     assert "unknown part 'everything'" in result.stderr
+
+
+def test_bench_judges_targets_on_unrounded_figures() -> None:
+    from bench.run import Figure, Table
+
+    # 513 / 1,296 prints as 0.40 but is 0.396: short of ">= 0.4".
+    short = Figure("5. submissions", "req/s", [513.0], [1296.0], "view", ">= 0.4")
+    assert short.row()[4:] == ["0.40", ">= 0.4", "no"]
+    assert Figure("5. x", "req/s", [520.0], [1296.0], "view", ">= 0.4").met() is True
+    # A unit other than x bounds the median, with or without a baseline.
+    assert Figure("2. p99", "ms", [19.9], [3.0], "raw", "< 20 ms").met() is True
+    assert Figure("2. p99", "ms", [20.0], [3.0], "raw", "< 20 ms").met() is False
+    idle = Figure("7. idle", "CPU-s/min", [0.33], [0.24], "loop", "< 0.6 CPU-s/min (1%)")
+    assert idle.met() is True  # its ratio, 1.38, is not what the target bounds
+    assert Figure("2. p50", "ms", [5.0], [2.4], "raw", "<= 2x").met() is False
+    assert Figure("9. relay", "", [3.0], target="<= 3").met() is True
+    assert Figure("4. errors", "", [0.0], target="0").met() is True
+    assert Figure("4. errors", "", [1.0], target="0").met() is False
+    assert Figure("10. conns", "", [0.004], target="~0").met() is True
+    assert Figure("10. conns", "", [0.2], target="~0").met() is False
+    assert Figure("9. consumers", "", [0.1]).met() is None
+    table = Table()
+    table.figures = [short, idle, Figure("9. consumers", "", [0.1])]
+    assert "- targets met: 1 of 2; missed: 5. submissions" in table.render()
