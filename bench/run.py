@@ -59,7 +59,6 @@ class Figure:
     baseline: list[float] = field(default_factory=list)
     baseline_name: str = ""
     target: str = ""
-    higher_is_better: bool = True
 
     def med(self, xs: list[float]) -> float:
         return statistics.median(xs) if xs else float("nan")
@@ -153,8 +152,9 @@ class Table:
 
     def verdict(self) -> str:
         """How many figures with a target met it, and which did not."""
-        judged = [f for f in self.figures if f.met() is not None]
-        missed = [f.name.strip() for f in judged if not f.met()]
+        judged = [(f, f.met()) for f in self.figures]
+        judged = [(f, met) for f, met in judged if met is not None]
+        missed = [f.name.strip() for f, met in judged if not met]
         told = f"targets met: {len(judged) - len(missed)} of {len(judged)}"
         return told + (f"; missed: {'; '.join(missed)}" if missed else "")
 
@@ -784,7 +784,6 @@ class Bench:
                 raw50,
                 "raw delay() -> start",
                 "<= 2x",
-                higher_is_better=False,
             )
         )
         self.table.add(
@@ -795,7 +794,6 @@ class Bench:
                 raw99,
                 "raw delay() -> start",
                 "< 20 ms",
-                higher_is_better=False,
             )
         )
         self.procs.stop(raw)
@@ -904,7 +902,6 @@ class Bench:
                 "s",
                 lags,
                 target="<= 10 s",
-                higher_is_better=False,
             )
         )
 
@@ -1228,7 +1225,6 @@ class Bench:
                 ms("webhook", "p50_ms"),
                 ms("insert_webhook", "p50_ms"),
                 base,
-                higher_is_better=False,
             )
         )
         self.table.add(
@@ -1238,7 +1234,6 @@ class Bench:
                 ms("webhook", "p99_ms"),
                 ms("insert_webhook", "p99_ms"),
                 base,
-                higher_is_better=False,
             )
         )
         self.table.add(
@@ -1545,7 +1540,6 @@ class Bench:
                 figures["lease_at"],
                 f"same at {small:,}, in turns",
                 "<= 1.3x",
-                higher_is_better=False,
             )
         )
         self.table.add(
@@ -1556,7 +1550,6 @@ class Bench:
                 figures["admit_at"],
                 f"same at {small:,}, in turns",
                 "<= 1.3x",
-                higher_is_better=False,
             )
         )
         self.table.add(
@@ -1566,7 +1559,6 @@ class Bench:
                 wal["wal"],
                 wal["wal_random"],
                 "same, random UUIDv4 ids",
-                higher_is_better=False,
             )
         )
         self.table.add(
@@ -1576,7 +1568,6 @@ class Bench:
                 wal["ms"],
                 wal["ms_random"],
                 "same, random UUIDv4 ids",
-                higher_is_better=False,
             )
         )
 
@@ -1744,7 +1735,6 @@ class Bench:
                 poll_cpu,
                 "100 ms polling loop",
                 "< 0.6 CPU-s/min (1% of a core)",
-                higher_is_better=False,
             )
         )
         self.table.add(
@@ -1752,7 +1742,6 @@ class Bench:
                 "7. idle PostgreSQL CPU (their backends)",
                 "CPU-s/min",
                 db_cpu,
-                higher_is_better=False,
             )
         )
         self.table.add(
@@ -1761,7 +1750,6 @@ class Bench:
                 "",
                 conns,
                 target="~0",
-                higher_is_better=False,
             )
         )
 
