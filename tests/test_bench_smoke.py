@@ -62,7 +62,10 @@ def test_bench_scale_takes_turns_with_a_copy_of_the_small_database() -> None:
 @pytest.mark.services
 @pytest.mark.slow
 def test_bench_parts_measures_each_part_made_free() -> None:
-    rows = [line for line in _bench_tiny("parts").splitlines() if "POST /api/tasks/," in line]
+    table = _bench_tiny("parts")
+    # On figure 5's database: finished runs, analysed (Bench.grown_database).
+    assert "- fill to " in table
+    rows = [line for line in table.splitlines() if "POST /api/tasks/," in line]
     assert len(rows) == 4
     for line in rows:
         # Each has its one-INSERT baseline and a ratio: its server answered submissions.
@@ -78,6 +81,7 @@ def test_bench_compare_measures_this_tree_and_the_other_revision() -> None:
 
     worktrees = _git("worktree", "list")
     table = _bench_tiny("compare", "--against", "HEAD")
+    assert "- fill to " in table  # figure 5's database
     rows = [line for line in table.splitlines() if line.startswith(("| 4. webhook", "| 5. POST"))]
     assert len(rows) == 4
     for label in (
