@@ -1036,7 +1036,7 @@ class Bench:
         settled database as figure 5's."""
         seconds = 1.0 if self.tiny else self.args.seconds
         token = self.token()
-        self.grown_database()
+        self.reads_fixture()  # figure 5's database
         submissions: dict[str, list[float]] = {part: [] for part in self.SUBMISSION_PARTS}
         baselines: dict[str, list[float]] = {part: [] for part in self.SUBMISSION_PARTS}
         say(f"parts: {len(submissions)} servers, {seconds:.0f} s per figure")
@@ -1088,7 +1088,7 @@ class Bench:
         seconds = 1.0 if self.tiny else self.args.seconds
         token = self.token()
         body = self.ping_body()
-        self.grown_database()
+        self.reads_fixture()  # figure 5's database
         revision = _git("rev-parse", "--short", against)
         here = _git("rev-parse", "--short", "HEAD")
         if _git("status", "--porcelain", "--untracked-files=no"):
@@ -1475,10 +1475,10 @@ class Bench:
         for child in worker:
             self.procs.stop(child)
 
-    def grown_database(self) -> None:
-        """The database figures 4 and 5 are measured on (``reads_fixture``: finished runs,
-        analysed), for ``--only parts`` and ``--only compare``, which measure figure 5
-        again.
+    def reads_fixture(self) -> str:
+        """The database figures 4 and 5 are measured on (finished runs, analysed), also
+        for ``--only parts`` and ``--only compare``, which measure figure 5 again; the
+        path of one run's events.
 
         On a database analysed while it had no runs, a submission's foreign-key checks
         read the whole runs table: PostgreSQL plans each check once per connection, and
@@ -1486,9 +1486,6 @@ class Bench:
         submission's run then made the next checks slower (PostgreSQL's CPU a submission
         0.71 ms in the first 5 s of submissions, 2.86 ms in the sixth 5 s), until the
         table was analysed again."""
-        self.reads_fixture()
-
-    def reads_fixture(self) -> str:
         from runs.models import Run
 
         self.read_runs = 2_000 if self.tiny else self.args.read_runs

@@ -63,7 +63,7 @@ def test_bench_scale_takes_turns_with_a_copy_of_the_small_database() -> None:
 @pytest.mark.slow
 def test_bench_parts_measures_each_part_made_free() -> None:
     table = _bench_tiny("parts")
-    # On figure 5's database: finished runs, analysed (Bench.grown_database).
+    # On figure 5's database: finished runs, analysed (Bench.reads_fixture).
     assert "- fill to " in table
     rows = [line for line in table.splitlines() if "POST /api/tasks/," in line]
     assert len(rows) == 4
