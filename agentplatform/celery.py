@@ -1,6 +1,7 @@
 """The Celery application: configured from Django settings (namespace CELERY_)."""
 
 import os
+import time
 from typing import Any
 
 from celery import Celery, signals
@@ -146,6 +147,33 @@ def _database_connections_tidy(sender: Any = None, **kwargs: Any) -> None:
         # Skips the health check (a ``SELECT 1`` round trip before every step): the
         # step's first statement, the lease, replaces a dead connection and runs again.
         connection.health_check_done = True  # type: ignore[attr-defined]
+
+
+# When each task this process is running began (monotonic), by Celery task id.
+_task_started_at: dict[str, float] = {}
+_TASK_OUTCOMES = {"SUCCESS": "succeeded", "FAILURE": "failed", "RETRY": "retried"}
+
+
+@signals.task_prerun.connect
+def _task_clock_start(task_id: str = "", task: Any = None, **kwargs: Any) -> None:
+    if not getattr(getattr(task, "request", None), "is_eager", False):
+        _task_started_at[task_id] = time.monotonic()
+
+
+@signals.task_postrun.connect
+def _task_counted(task_id: str = "", task: Any = None, state: str = "", **kwargs: Any) -> None:
+    """Count and time every task a worker runs (eager ones belong to their caller)."""
+    started = _task_started_at.pop(task_id, None)
+    if started is None:
+        return
+    # Imported here: the metrics store is chosen by the first import of prometheus-client,
+    # which must follow Django's settings (jobs.metrics), not precede them.
+    from agentplatform import metrics
+
+    name = getattr(task, "name", "") or "unknown"
+    outcome = _TASK_OUTCOMES.get(state, str(state).lower() or "unknown")
+    metrics.celery_tasks.labels(name, outcome).inc()
+    metrics.celery_task_seconds.labels(name).observe(time.monotonic() - started)
 
 
 # Tasks whose first statement replaces a dead connection itself (runs.engine's lease).

@@ -74,6 +74,32 @@ judge_verdicts = Counter("agent_judge_verdicts", "Judge verdicts on patches.", [
 prs_created = Counter("agent_prs_created", "Pull or merge requests opened.", ["provider"])
 
 
+# --- the processes' own work ----------------------------------------------------------------
+
+http_requests = Counter(
+    "agent_http_requests",
+    "HTTP requests answered, by method, route pattern and status class (2xx, 4xx...).",
+    ["method", "route", "status"],
+)
+http_request_seconds = Histogram(
+    "agent_http_request_seconds",
+    "Time from a request's arrival to its response, by method and route pattern.",
+    ["method", "route"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+celery_tasks = Counter(
+    "agent_celery_tasks",
+    "Celery tasks a worker ran, by task name and outcome (succeeded, failed, retried).",
+    ["task", "outcome"],
+)
+celery_task_seconds = Histogram(
+    "agent_celery_task_seconds",
+    "Time a worker spent running one Celery task, by task name.",
+    ["task"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800),
+)
+
+
 # --- event hook -----------------------------------------------------------------------------
 
 _RUN_OUTCOMES = {
@@ -128,7 +154,7 @@ def _observe(task: Any, run: Any, type: str, data: dict[str, Any]) -> None:
         model_tokens.labels(model, "out").inc(max(0, int(data.get("tokens_out") or 0)))
         cost = float(data.get("cost_usd") or 0)
         if cost > 0:
-            cost_usd.labels(_label(task.workspace_id)).inc(cost)
+            cost_usd.labels(_label(getattr(task.workspace, "slug", task.workspace_id))).inc(cost)
     elif type in _TOOL_STATUS:
         tool_calls.labels(_label(data.get("tool")), _TOOL_STATUS[type]).inc()
     elif type in ("agent.verification.failed", "agent.verification.errored"):

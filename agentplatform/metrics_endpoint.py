@@ -22,7 +22,11 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from agentplatform import metrics
+from agentplatform.celery import app as celery_app
 from jobs.logs import log
+from runs.agent.tools import TOOL_NAMES
+from runs.models import Repository, Task, Workspace
+from webhooks import metrics as webhook_metrics
 
 _PROXY_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
 
@@ -120,8 +124,52 @@ class PlatformStateCollector(Collector):
         yield family
 
 
+_closed_sets_present = False
+
+
+def series_present() -> None:
+    """Put every series of a known label set in the store at 0, so a dashboard panel and a
+    ``rate()`` alert see a flat line from the start instead of no data until the first
+    increment. A child created by ``labels()`` writes its 0 to this process's file."""
+    global _closed_sets_present
+    for slug in Workspace.objects.order_by().values_list("slug", flat=True):
+        metrics.cost_usd.labels(slug)
+    if _closed_sets_present:
+        return
+    for risk in Task.Risk.values:
+        for source in Task.Source.values:
+            metrics.tasks_submitted.labels("change", risk, source)
+    for outcome in ("completed", "failed", "cancelled", "timed_out"):
+        metrics.runs_completed.labels(outcome)
+    for tool in sorted(TOOL_NAMES):
+        for status in ("completed", "failed", "denied", "timed_out"):
+            metrics.tool_calls.labels(tool, status)
+    for verdict in ("accept", "revise", "block"):
+        metrics.judge_verdicts.labels(verdict)
+    for provider in Repository.Provider.values:
+        metrics.prs_created.labels(provider)
+    for provider in (Repository.Provider.GITHUB, Repository.Provider.GITLAB):
+        for result in ("accepted", "duplicate"):
+            webhook_metrics.deliveries.labels(provider=provider, result=result)
+        for status in ("processed", "ignored", "failed"):
+            webhook_metrics.processed.labels(provider=provider, status=status)
+        for reason in ("missing", "no_secret", "mismatch"):
+            webhook_metrics.signature_failures.labels(provider=provider, reason=reason)
+    # A web process imports the apps' task modules only when asked: the worker's own list.
+    celery_app.loader.import_default_modules()
+    for name in sorted(celery_app.tasks):
+        if not name.startswith("celery."):
+            for outcome in ("succeeded", "failed", "retried"):
+                metrics.celery_tasks.labels(name, outcome)
+    _closed_sets_present = True
+
+
 def exposition() -> bytes:
     """The text exposition: every process's counters and histograms, then the state."""
+    try:
+        series_present()
+    except Exception:
+        log.warning("metrics.series_present_failed", exc_info=True)
     registry = CollectorRegistry()
     MultiProcessCollector(registry, path=str(metrics.multiprocess_dir()))
     registry.register(PlatformStateCollector())

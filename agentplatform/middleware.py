@@ -18,7 +18,7 @@ import structlog
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
-from agentplatform import otel
+from agentplatform import metrics, otel
 from jobs import tracing
 
 log = structlog.get_logger("agentplatform.http")
@@ -26,6 +26,8 @@ log = structlog.get_logger("agentplatform.http")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # Probes and scrapes would drown the log at info.
 _QUIET_PATHS = ("/healthz", "/readyz", "/metrics")
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_STATIC = "/static/"
 
 
 class RequestContextMiddleware:
@@ -83,10 +85,16 @@ class RequestContextMiddleware:
     def _end(self, request: HttpRequest, response: HttpResponseBase, started: float) -> None:
         response["X-Request-ID"] = request.request_id  # type: ignore[attr-defined]
         status = response.status_code
+        match = getattr(request, "resolver_match", None)
+        route = getattr(match, "route", "") if match is not None else ""
+        elapsed = time.monotonic() - started
+        # The route pattern, never the path: one series per URL pattern, not per run id.
+        route_label = route or ("static" if request.path.startswith(_STATIC) else "unmatched")
+        method = request.method if request.method in _METHODS else "other"
+        metrics.http_requests.labels(method, route_label, f"{status // 100}xx").inc()
+        metrics.http_request_seconds.labels(method, route_label).observe(elapsed)
         opened = getattr(request, "_otel_span", None)
         if opened is not None:
-            match = getattr(request, "resolver_match", None)
-            route = getattr(match, "route", "") if match is not None else ""
             opened.span.update_name(f"{request.method} {route or request.path}")
             opened.span.set_attribute("http.response.status_code", status)
             if status >= 500:
@@ -97,7 +105,7 @@ class RequestContextMiddleware:
             "method": request.method,
             "path": request.path,
             "status": status,
-            "duration_ms": round((time.monotonic() - started) * 1000, 1),
+            "duration_ms": round(elapsed * 1000, 1),
         }
         if status >= 500:
             log.error("http.response", **fields)

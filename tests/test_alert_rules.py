@@ -73,6 +73,21 @@ def test_alert_rules_are_well_formed_and_query_exposed_metrics(exposed):
     assert used >= REQUIRED
 
 
+@pytest.mark.no_services
+def test_every_alert_links_its_runbook_section():
+    headings = {
+        re.sub(r"[^a-z0-9 -]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+        for line in (DOCS / "operations.md").read_text().splitlines()
+        if line.startswith("#")
+    }
+    for rule in _rules():
+        url = rule["annotations"].get("runbook_url", "")
+        path, _, anchor = url.partition("#")
+        assert path == "docs/operations.md", f"{rule['alert']} has no runbook_url"
+        assert anchor == rule["alert"].lower()
+        assert anchor in headings, f"docs/operations.md has no section for {rule['alert']}"
+
+
 def test_dashboard_panels_query_exposed_metrics(exposed):
     dashboard = json.loads((DOCS / "grafana-dashboard.json").read_text())
     assert dashboard["uid"] and dashboard["title"]

@@ -123,7 +123,7 @@ def test_a_run_moves_task_run_step_and_tool_counters(client, workspace, reposito
     assert moved("agent_prs_created_total", provider=repository.provider) == 1
     tokens = total(after, "agent_model_tokens_total") - total(before, "agent_model_tokens_total")
     assert tokens > 0
-    assert moved("agent_cost_usd_total", workspace=str(workspace.pk)) > 0
+    assert moved("agent_cost_usd_total", workspace=workspace.slug) > 0
     assert total(after, "agent_judge_verdicts_total") > total(before, "agent_judge_verdicts_total")
     assert value(after, "agent_runs_active", status="running") == 0
 

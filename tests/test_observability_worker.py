@@ -90,6 +90,14 @@ def test_worker_run_moves_counters_carries_trace_and_leaks_no_secret(
         >= 8
     )
     assert total(after, "agent_tool_calls_total") > total(before, "agent_tool_calls_total")
+    # The worker counts and times each Celery task it ran, by task name.
+    steps = {"task": "runs.step", "outcome": "succeeded"}
+    assert value(after, "agent_celery_tasks_total", **steps) > value(
+        before, "agent_celery_tasks_total", **steps
+    )
+    assert value(after, "agent_celery_task_seconds_count", task="runs.step") > value(
+        before, "agent_celery_task_seconds_count", task="runs.step"
+    )
     assert (
         value(after, "agent_dead_letters_total", task="event.consume")
         - value(before, "agent_dead_letters_total", task="event.consume")
