@@ -56,7 +56,7 @@ ALLOWED_HOSTS = _env_value("ALLOWED_HOSTS", list, ["127.0.0.1", "localhost", "te
 CSRF_TRUSTED_ORIGINS = _env_value("CSRF_TRUSTED_ORIGINS", list, [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "agentplatform.console.ConsoleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -8,7 +8,11 @@ the operator's name.
 from __future__ import annotations
 
 import json
+import operator
+import re
+import uuid
 from collections.abc import Callable, Iterable
+from functools import reduce
 from typing import Any
 
 from django.conf import settings
@@ -16,11 +20,15 @@ from django.contrib import admin, messages
 from django.core.paginator import Paginator
 from django.db import DatabaseError, connection, models, transaction
 from django.db.models import Model, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
+from django.views.decorators.http import require_POST
 
+from jobs.ids import id_fragment_q
 from jobs.models import (
     DeadLetter,
     EventSubscription,
@@ -32,6 +40,8 @@ from jobs.models import (
 )
 
 # --- shared by every console page ------------------------------------------------------------
+
+_RUN_NUMBER_SUFFIX = re.compile(r"\s*#\d+$")
 
 # Below this many rows an exact COUNT(*) is cheap and the estimate is too coarse.
 EXACT_COUNT_BELOW = 10_000
@@ -99,6 +109,25 @@ class EstimatedCountPaginator(Paginator):
         return queryset.count()
 
 
+# The colour of a status word wherever the console shows one: done, broken, set aside,
+# waiting for someone, or on its way.
+STATUS_TONES: dict[str, str] = {
+    **dict.fromkeys(("completed", "processed", "published", "delivered", "sent"), "ok"),
+    **dict.fromkeys(("failed", "timed_out", "rejected", "open", "dead"), "bad"),
+    **dict.fromkeys(("cancelled", "discarded", "ignored", "resolved", "requeued"), "muted"),
+    **dict.fromkeys(("awaiting_approval", "deferred", "pending", "waiting"), "wait"),
+}
+
+
+def status_badge(status: str) -> str:
+    """A status word as a coloured badge (the console's stylesheet has the colours)."""
+    return format_html(
+        '<span class="console-badge console-{}">{}</span>',
+        STATUS_TONES.get(str(status), "active"),
+        status,
+    )
+
+
 class OperatorAdmin(admin.ModelAdmin):
     """Staff may look; operators may act; only superusers may edit raw rows.
 
@@ -108,6 +137,27 @@ class OperatorAdmin(admin.ModelAdmin):
 
     paginator = EstimatedCountPaginator
     show_full_result_count = False
+
+    class Media:
+        css = {"all": ("console/console.css",)}
+
+    # Configuration (workspaces, repositories, tokens, subscriptions) may be deleted by a
+    # superuser; everything else is history.
+    deletable = False
+    # Id fields the search box also matches by a fragment of the id as the console shows
+    # it (the end, ``short_id``) or as it starts; "b2fff730 #1" finds run 1 of b2fff730.
+    id_search_fields: tuple[str, ...] = ()
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet, search_term: str
+    ) -> tuple[QuerySet, bool]:
+        found, may_have_duplicates = super().get_search_results(request, queryset, search_term)
+        fragment = _RUN_NUMBER_SUFFIX.sub("", search_term.strip())
+        by_id = [q for f in self.id_search_fields if (q := id_fragment_q(f, fragment))]
+        if not by_id:
+            return found, may_have_duplicates
+        return found | queryset.filter(reduce(operator.or_, by_id)), may_have_duplicates
+
     # Facet counts run one COUNT per filter choice over the whole table.
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 50
@@ -125,7 +175,9 @@ class OperatorAdmin(admin.ModelAdmin):
         return request.user.is_superuser
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.is_superuser
+        # History (runs, tasks, events, dead letters, deliveries) is kept for good: no
+        # one deletes it from the console; retention rules prune what may go.
+        return self.deletable and request.user.is_superuser
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         return is_operator(request.user)
@@ -322,11 +374,59 @@ class ProcessedEventAdmin(ReadOnlyQueueAdmin):
 # --- dead letters -----------------------------------------------------------------------------
 
 
+# What a dead letter carries, as pages to open: each linker is given the letter's task
+# name and one (argument name, value) it carries and answers (label, URL) or None. The
+# domain apps register theirs (a run id opens the run's page); jobs knows only its own.
+DeadLetterLinker = Callable[[str, str, Any], "tuple[str, str] | None"]
+_dead_letter_linkers: list[DeadLetterLinker] = []
+
+
+def dead_letter_linker_register(linker: DeadLetterLinker) -> None:
+    _dead_letter_linkers.append(linker)
+
+
+def dead_letter_carried(letter: DeadLetter) -> list[tuple[str, str]]:
+    """Links to the rows the letter's job was about, in the order it carries them."""
+    carried: list[tuple[str, Any]] = [(f"arg{i}", v) for i, v in enumerate(letter.args or [])]
+    carried += list((letter.kwargs or {}).items())
+    if letter.task_id.startswith("work:"):
+        carried.append(("work_item_id", letter.task_id.removeprefix("work:")))
+    links: list[tuple[str, str]] = []
+    for name, value in carried:
+        for linker in _dead_letter_linkers:
+            found = linker(letter.task_name, name, value)
+            if found is not None and found not in links:
+                links.append(found)
+    return links
+
+
+def _own_rows_linker(task_name: str, name: str, value: Any) -> tuple[str, str] | None:
+    if name == "work_item_id" and str(value).isdigit():
+        url = reverse("admin:jobs_workitem_change", args=[int(value)])
+        return f"work item {value}", url
+    if name == "event_id" and _is_uuid(str(value)):
+        event = OutboxEvent.objects.filter(event_id=value).values_list("pk", "type").first()
+        if event is not None:
+            return f"event {event[1]}", reverse("admin:jobs_outboxevent_change", args=[event[0]])
+    return None
+
+
+dead_letter_linker_register(_own_rows_linker)
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
+
+
 @admin.register(DeadLetter)
 class DeadLetterAdmin(ReadOnlyQueueAdmin):
     list_display = (
         "task_name",
-        "status",
+        "status_col",
         "short_exception",
         "attempts",
         "recoveries",
@@ -336,6 +436,7 @@ class DeadLetterAdmin(ReadOnlyQueueAdmin):
     )
     list_filter = ("status", "task_name", "queue")
     search_fields = ("=task_id", "task_name", "exception")
+    id_search_fields = ("id",)
     ordering = ("-last_failed_at",)
     readonly_fields = (
         "id",
@@ -358,13 +459,18 @@ class DeadLetterAdmin(ReadOnlyQueueAdmin):
     )
     exclude = ("args", "kwargs", "traceback")
     actions = ["requeue", "discard"]
+    change_form_template = "admin/jobs/deadletter/change_form.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).defer("traceback")
 
     @admin.display(description="exception")
     def short_exception(self, obj: DeadLetter) -> str:
-        return obj.exception[:140]
+        return format_html('<span title="{}">{}</span>', obj.exception[:500], obj.exception[:140])
+
+    @admin.display(description="status", ordering="status")
+    def status_col(self, obj: DeadLetter) -> str:
+        return status_badge(obj.status)
 
     @admin.display(description="args")
     def args_pretty(self, obj: DeadLetter) -> str:
@@ -377,6 +483,43 @@ class DeadLetterAdmin(ReadOnlyQueueAdmin):
     @admin.display(description="traceback")
     def traceback_pre(self, obj: DeadLetter) -> str:
         return format_html('<pre class="console-log">{}</pre>', obj.traceback or "-")
+
+    # --- the dead letter's own page: what it carries, and its two buttons ------------------
+
+    LETTER_PAGE_ACTIONS: dict[str, str] = {"requeue": "requeue", "discard": "discard"}
+
+    def get_urls(self) -> list[Any]:
+        operate = self.admin_site.admin_view(require_POST(self.operate_view))
+        return [
+            path("<uuid:object_id>/operate/<str:action>/", operate, name="jobs_deadletter_operate"),
+            *super().get_urls(),
+        ]
+
+    def operate_view(self, request: HttpRequest, object_id: Any, action: str) -> HttpResponse:
+        """The page's Requeue and Discard: the list's actions, for this one letter."""
+        name = self.LETTER_PAGE_ACTIONS.get(action)
+        if name is None or not self.has_operate_permission(request):
+            return HttpResponse("not allowed", status=403)
+        get_object_or_404(DeadLetter, pk=object_id)
+        getattr(self, name)(request, DeadLetter.objects.filter(pk=object_id))
+        return HttpResponseRedirect(reverse("admin:jobs_deadletter_change", args=[object_id]))
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        context = dict(extra_context or {})
+        letter = DeadLetter.objects.filter(pk=object_id).first() if _is_uuid(object_id) else None
+        if letter is not None:
+            context["letter"] = letter
+            context["carried"] = dead_letter_carried(letter)
+            context["can_operate"] = self.has_operate_permission(request)
+            context["title"] = f"Dead letter of {letter.task_name}"
+            context["subtitle"] = None
+        return super().change_view(request, object_id, form_url, extra_context=context)
 
     @admin.action(description="Requeue selected dead letters", permissions=["operate"])
     def requeue(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -408,6 +551,7 @@ class DeadLetterAdmin(ReadOnlyQueueAdmin):
 
 @admin.register(EventSubscription)
 class EventSubscriptionAdmin(OperatorAdmin):
+    deletable = True
     list_display = ("url", "workspace", "active", "event_types", "description", "created_at")
     list_select_related = ("workspace",)
     list_filter = ("active", "workspace")

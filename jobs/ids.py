@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.db.models import Q
 from uuid_utils.compat import uuid7
 
 
@@ -31,3 +32,29 @@ def new_id() -> uuid.UUID:
 def short_id(value: uuid.UUID | str, length: int = 8) -> str:
     """The last ``length`` hex digits of an id: its random end, for display and names."""
     return uuid.UUID(str(value)).hex[-length:]
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def id_fragment_q(field: str, fragment: str) -> Q | None:
+    """Rows whose id in ``field`` starts or ends with ``fragment`` (4 to 32 hex digits,
+    dashes ignored), or None when the fragment cannot be part of an id.
+
+    The start is a range over the id's index; the end (what ``short_id`` shows) is a
+    suffix match on the id's text, hyphenated as PostgreSQL prints a uuid.
+    """
+    digits = fragment.replace("-", "").lower()
+    if not 4 <= len(digits) <= 32 or not set(digits) <= _HEX:
+        return None
+    spare = 4 * (32 - len(digits))
+    low = int(digits, 16) << spare
+    starts = Q(**{f"{field}__gte": uuid.UUID(int=low)})
+    if low + (1 << spare) < 1 << 128:
+        starts &= Q(**{f"{field}__lt": uuid.UUID(int=low + (1 << spare))})
+    printed = str(uuid.UUID(digits.rjust(32, "0")))
+    tail, seen = len(printed), 0
+    while seen < len(digits):
+        tail -= 1
+        seen += printed[tail] != "-"
+    return starts | Q(**{f"{field}__endswith": printed[tail:]})

@@ -27,7 +27,15 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from jobs.admin import OperatorAdmin, age_text, is_operator, pretty_json, since
+from jobs.admin import (
+    OperatorAdmin,
+    age_text,
+    dead_letter_linker_register,
+    is_operator,
+    pretty_json,
+    since,
+    status_badge,
+)
 from runs import services
 from runs.agent.budget import budget_used
 from runs.models import (
@@ -68,23 +76,6 @@ PHASE_OF_STATUS: dict[str, str] = {
     S.TIMED_OUT: "outcome",
 }
 
-STATUS_TONE: dict[str, str] = {
-    S.COMPLETED: "ok",
-    S.FAILED: "bad",
-    S.TIMED_OUT: "bad",
-    S.CANCELLED: "muted",
-    S.AWAITING_APPROVAL: "wait",
-}
-
-
-def status_badge(status: str) -> str:
-    return format_html(
-        '<span class="console-badge console-{}">{}</span>',
-        STATUS_TONE.get(status, "active"),
-        status,
-    )
-
-
 # --- tenants ---------------------------------------------------------------------------------
 
 
@@ -96,6 +87,7 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Workspace)
 class WorkspaceAdmin(OperatorAdmin):
+    deletable = True
     list_display = ("slug", "name", "max_active_runs", "daily_cost_budget_usd", "created_at")
     search_fields = ("slug", "name")
     inlines = [MembershipInline]
@@ -132,6 +124,7 @@ class WorkspaceSpendAdmin(OperatorAdmin):
 
 @admin.register(Repository)
 class RepositoryAdmin(OperatorAdmin):
+    deletable = True
     list_display = (
         "name",
         "workspace",
@@ -161,6 +154,7 @@ class RepositoryAdmin(OperatorAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(OperatorAdmin):
+    deletable = True
     list_display = ("prefix", "user", "name", "created_at", "last_used_at", "revoked_at")
     list_select_related = ("user",)
     search_fields = ("prefix", "user__username", "name")
@@ -230,7 +224,7 @@ class TaskAdmin(OperatorAdmin):
         "short_instruction",
         "repository",
         "workspace",
-        "status",
+        "status_col",
         "source",
         "execution_mode",
         "priority",
@@ -240,6 +234,7 @@ class TaskAdmin(OperatorAdmin):
     list_select_related = ("repository", "workspace")
     list_filter = ("status", "source", "execution_mode", "risk_level", "workspace")
     search_fields = ("=id", "instruction", "requested_by", "idempotency_key")
+    id_search_fields = ("id",)
     ordering = ("-created_at",)
     inlines = [RunInline]
     actions = ["retry_tasks"]
@@ -306,7 +301,13 @@ class TaskAdmin(OperatorAdmin):
 
     @admin.display(description="instruction")
     def short_instruction(self, obj: Task) -> str:
-        return obj.instruction[:80]
+        return format_html(
+            '<span title="{}">{}</span>', obj.instruction[:500], obj.instruction[:80]
+        )
+
+    @admin.display(description="status", ordering="status")
+    def status_col(self, obj: Task) -> str:
+        return status_badge(obj.status)
 
     @admin.action(description="Retry selected tasks (new run)", permissions=["operate"])
     def retry_tasks(self, request: HttpRequest, queryset: QuerySet) -> None:
@@ -383,10 +384,8 @@ class RunAdmin(OperatorAdmin):
     list_display = (
         "short_id",
         "status_col",
-        "repository_col",
         "task_col",
         "age",
-        "in_state",
         "heartbeat",
         "retries_col",
         "cost",
@@ -411,6 +410,7 @@ class RunAdmin(OperatorAdmin):
         "failure_reason",
         "cancel_requested_by",
     )
+    id_search_fields = ("id", "task__id")
     ordering = ("-created_at",)
     change_form_template = "admin/runs/run/change_form.html"
     # No bulk approval: a patch is approved on its run page, next to its diff.
@@ -479,31 +479,22 @@ class RunAdmin(OperatorAdmin):
     def status_col(self, obj: Run) -> str:
         return status_badge(obj.status)
 
-    # Not named "repository": the list would show the run's own repository field first,
-    # one query per row.
-    @admin.display(description="repository")
-    def repository_col(self, obj: Run) -> str:
-        return obj.task.repository.name
-
-    @admin.display(description="task")
+    @admin.display(description="repository · task")
     def task_col(self, obj: Run) -> str:
         url = reverse("admin:runs_task_change", args=[obj.task_id])
         return format_html(
-            '<a href="{}" title="{}">{}</a>',
+            '<a href="{}" title="{}">{} · {}</a>',
             url,
             obj.task.instruction[:500],
+            obj.task.repository.name,
             obj.task.instruction[:60],
         )
 
-    @admin.display(description="age", ordering="created_at")
+    @admin.display(description="age · in state", ordering="created_at")
     def age(self, obj: Run) -> str:
-        return since(obj.created_at)
+        return f"{since(obj.created_at)} · {since(obj.status_changed_at)}"
 
-    @admin.display(description="in state", ordering="status_changed_at")
-    def in_state(self, obj: Run) -> str:
-        return since(obj.status_changed_at)
-
-    @admin.display(description="heartbeat / lease")
+    @admin.display(description="heartbeat · lease")
     def heartbeat(self, obj: Run) -> str:
         if obj.status in TERMINAL:
             return "-"
@@ -519,7 +510,7 @@ class RunAdmin(OperatorAdmin):
             )
         return format_html("{} · lease {} left", beat, age_text(left))
 
-    @admin.display(description="recoveries / retries")
+    @admin.display(description="recov. / retries")
     def retries_col(self, obj: Run) -> str:
         # Not the lease generation (``attempt``): that counts every lease taken, one per
         # step, and says nothing about trouble.
@@ -684,7 +675,26 @@ class RunAdmin(OperatorAdmin):
         if run is not None:
             context["console"] = run_console(run)
             context["can_operate"] = is_operator(request.user)
+            # Headed by the run as the lists show it; its task is one link away.
+            context["title"] = f"Run {run.short_id} #{run.run_no}"
+            context["subtitle"] = None
         return super().change_view(request, object_id, form_url, extra_context=context)
+
+
+def _dead_letter_run_linker(task_name: str, name: str, value: Any) -> tuple[str, str] | None:
+    """A dead letter's run (a step's first argument, or a ``run_id``) or task."""
+    if not _is_uuid(str(value)):
+        return None
+    if name == "run_id" or (task_name == "runs.step" and name == "arg0"):
+        run = Run.objects.filter(pk=value).only("id", "run_no").first()
+        if run is not None:
+            return str(run), reverse("admin:runs_run_change", args=[run.pk])
+    if name == "task_id" and Task.objects.filter(pk=value).exists():
+        return f"task {value}", reverse("admin:runs_task_change", args=[value])
+    return None
+
+
+dead_letter_linker_register(_dead_letter_run_linker)
 
 
 def _is_uuid(value: str) -> bool:

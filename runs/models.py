@@ -384,7 +384,7 @@ class Run(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"run {self.run_no} of {self.task_id}"
+        return f"run {self.short_id} #{self.run_no}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         if self.workspace_id is None and self.task_id is not None:

@@ -10,7 +10,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from jobs.admin import ReadOnlyQueueAdmin, pretty_json
+from jobs.admin import ReadOnlyQueueAdmin, pretty_json, status_badge
 from webhooks.models import CiResult, WebhookAction, WebhookReceipt
 
 # Headers that could carry credentials are masked even in the operator's view.
@@ -46,7 +46,7 @@ class WebhookReceiptAdmin(ReadOnlyQueueAdmin):
         "provider",
         "event",
         "action",
-        "status",
+        "status_col",
         "attempts",
         "short_reason",
         "received_at",
@@ -79,6 +79,10 @@ class WebhookReceiptAdmin(ReadOnlyQueueAdmin):
     @admin.display(description="reason")
     def short_reason(self, obj: WebhookReceipt) -> str:
         return (obj.status_reason or obj.error)[:120]
+
+    @admin.display(description="status", ordering="status")
+    def status_col(self, obj: WebhookReceipt) -> str:
+        return status_badge(obj.status)
 
     @admin.display(description="headers")
     def headers_pretty(self, obj: WebhookReceipt) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.apps import apps as django_apps
 from django.conf import settings
 from django.core.management.base import CommandError
 from django.db import OperationalError
@@ -62,7 +63,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # flush and re-creation would change under it.
 SERVED_DB = pytest.mark.django_db(
     transaction=True,
-    available_apps=[app for app in settings.INSTALLED_APPS if app != "django.contrib.contenttypes"],
+    available_apps=[
+        config.name
+        for config in django_apps.get_app_configs()
+        if config.name != "django.contrib.contenttypes"
+    ],
 )
 
 

@@ -164,3 +164,69 @@ def test_operator_requeues_a_dead_letter(logged_in: Any, served: Any) -> None:
     assert (letter.status, letter.resolved_by) == (DeadLetter.Status.REQUEUED, "oncall")
     screenshot(page, "dead-letter-requeued")
     assert Run.objects.count() == 0
+
+
+def test_runs_list_fits_the_screen_with_coloured_statuses(logged_in: Any, served: Any) -> None:
+    long_instruction = "Migrate every LegacyClock.now() call to TimeProvider.now() " * 6
+    runs = [run_history_create() for _ in range(3)]
+    for run in runs:
+        run.task.instruction = long_instruction
+        run.task.save(update_fields=["instruction"])
+    Run.objects.filter(pk=runs[0].pk).update(status=Run.Status.FAILED, failure_reason="step_error")
+    page = logged_in
+
+    page.goto(f"{served.url}/admin/runs/run/")
+    page.wait_for_selector("#result_list")
+
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 1400, f"the runs list is {width}px wide in a 1400px window"
+    # Every row is one line high: no title broken one word per line.
+    heights = page.eval_on_selector_all(
+        "#result_list tbody tr", "rows => rows.map(r => r.getBoundingClientRect().height)"
+    )
+    assert heights and max(heights) < 40, heights
+    failed = page.locator("#result_list .console-badge", has_text="failed").first
+    colour = failed.evaluate("el => getComputedStyle(el).backgroundColor")
+    assert colour == "rgb(198, 40, 40)", colour
+    # Nothing is hidden behind a horizontal scroll: the last columns are on screen.
+    for column in ("cost", "failure_reason"):
+        right = page.eval_on_selector(
+            f"#result_list td.field-{column}", "el => el.getBoundingClientRect().right"
+        )
+        assert right <= 1400, f"{column} ends at {right}px"
+    overflow = page.eval_on_selector(
+        "#changelist .results", "el => [el.scrollWidth, el.clientWidth]"
+    )
+    screenshot(page, "runs-list-1400px")
+    assert overflow[0] <= overflow[1], overflow
+    screenshot(page, "runs-list-1400px")
+
+    page.fill("#searchbar", f"{runs[1].short_id} #{runs[1].run_no}")
+    page.press("#searchbar", "Enter")
+    page.wait_for_selector("#result_list")
+    shown = page.locator("#result_list tbody tr").all_inner_texts()
+    assert len(shown) == 1 and runs[1].short_id in shown[0]
+    screenshot(page, "runs-search-short-id")
+
+
+def test_a_dead_letter_page_links_its_run_and_requeues(logged_in: Any, served: Any) -> None:
+    run = run_history_create()
+    letter = DeadLetterFactory(task_name="runs.step", args=[str(run.id), 4], queue="agent")
+    page = logged_in
+
+    page.goto(f"{served.url}/admin/jobs/deadletter/{letter.pk}/change/")
+    page.wait_for_selector("#dead-letter-actions")
+    assert "Django administration" not in page.content()
+    assert page.locator("#dead-letter-carries a").first.inner_text() == str(run)
+    assert page.locator(".deletelink").count() == 0
+    screenshot(page, "dead-letter-page")
+
+    page.click("#action-requeue")
+    page.wait_for_selector("ul.messagelist")
+    assert "Requeue: 1 row(s) changed." in page.locator("ul.messagelist").inner_text()
+    letter.refresh_from_db()
+    assert letter.status == DeadLetter.Status.REQUEUED
+    page.click("#dead-letter-carries a")
+    page.wait_for_selector("#run-summary")
+    assert page.locator("h1").first.inner_text() == f"Run {run.short_id} #{run.run_no}"
+    screenshot(page, "dead-letter-run")
