@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo serve test chaos lint format migrate clean bench
+.PHONY: setup demo serve test chaos lint format migrate clean bench prerequisites-%
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,16 +18,21 @@ setup: $(STAMP)
 migrate: setup
 	$(PY) manage.py migrate --noinput -v 0
 
-demo: migrate
+# The machine's own programs (git, bubblewrap; Chromium for the tests), checked before
+# anything is installed; installed with apt-get when run as root.
+prerequisites-%:
+	@$(PYTHON) agentplatform/prerequisites.py $*
+
+demo: prerequisites-demo migrate
 	$(PY) manage.py demo
 
-serve: migrate
+serve: prerequisites-serve migrate
 	$(PY) manage.py serve
 
 # The suite runs in TEST_PROCESSES processes (pytest-xdist), each with a test database,
 # a Redis database and a directory of its own (tests/settings.py).
 TEST_PROCESSES ?= 2
-test: setup
+test: prerequisites-test setup
 	$(PY) -m pytest -n $(TEST_PROCESSES)
 
 # The fault-injection suite: its own PostgreSQL, Redis, web, workers and beat

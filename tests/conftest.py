@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from agentplatform import prerequisites
 from runs import demo
 from runs.management.process_groups import process_groups_stop
 from tests.chaos.services import live_processes
@@ -37,6 +38,16 @@ def _reachable(url: str, default_port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under REQUIRE_SERVICES=1 a missing program the suite needs ends the run at once, in
+    one clear message, before any test process starts."""
+    if os.environ.get("REQUIRE_SERVICES") != "1" or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    missing = prerequisites.missing_programs("test")
+    if missing:
+        pytest.exit(prerequisites.report(missing, "test"), returncode=4)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

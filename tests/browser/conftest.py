@@ -50,8 +50,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if missing is None:
         return
     here = Path(__file__).parent
-    if os.environ.get("REQUIRE_SERVICES") == "1":
-        raise pytest.UsageError(f"{missing}, and REQUIRE_SERVICES=1 makes that an error")
+    # Under REQUIRE_SERVICES=1 the session never gets here: tests/conftest.py stops it at
+    # its start with one line naming the missing program (an error raised here, inside
+    # an xdist worker, would end as the controller's INTERNALERROR instead).
     skip = pytest.mark.skip(reason=missing)
     for item in items:
         if Path(str(item.fspath)).parent == here:
