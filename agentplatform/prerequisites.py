@@ -40,9 +40,9 @@ def missing_programs(target: str, *, path: str | None = None) -> list[Program]:
     search = os.environ.get("PATH", "") if path is None else path
     found = []
     for program in NEEDED[target]:
-        if program is CHROMIUM and os.environ.get("CHROMIUM_PATH"):
-            if os.path.exists(os.environ["CHROMIUM_PATH"]):
-                continue
+        configured = os.environ.get("CHROMIUM_PATH", "") if program is CHROMIUM else ""
+        if configured and os.path.exists(configured):
+            continue
         if shutil.which(program.command, path=search) is None:
             found.append(program)
     return found
