@@ -165,12 +165,14 @@ def _loaded_objects_freeze(**kwargs: Any) -> None:
 def _sandbox_containment_required(**kwargs: Any) -> None:
     """A worker that could not contain the agent's commands refuses to start (SystemExit:
     Celery logs and swallows ordinary exceptions raised by signal handlers)."""
-    from agentplatform.checks import containment_errors
+    from agentplatform.checks import CONTAINMENT_HINT, containment_errors
 
     errors = containment_errors()
     if errors:
         lines = [f"{error.id}: {error.msg}" for error in errors]
-        raise SystemExit("\n".join(["The worker cannot contain commands:", *lines, errors[0].hint]))
+        raise SystemExit(
+            "\n".join(["The worker cannot contain commands:", *lines, CONTAINMENT_HINT])
+        )
 
 
 @signals.worker_process_init.connect
