@@ -2,7 +2,8 @@
 namespaces, as an unprivileged uid with no capabilities and no_new_privs, seeing a
 minimal read-only system, its own working copy (the only writable place), a private
 size-capped /tmp and /dev/shm, a read-only /dev and its own /proc with /proc/sys and
-the other host-wide files read-only.
+the other host-wide files read-only. A seccomp filter (``runs.agent.backends.seccomp``)
+keeps it from making user namespaces of its own.
 
 The sandbox's uid 1000 is an unprivileged uid **on the host** too, whoever runs the
 worker. bwrap maps the sandbox's uid to the uid that starts it, so a worker running as
@@ -40,7 +41,7 @@ from typing import IO
 
 from django.conf import settings
 
-from runs.agent.backends import cgroups
+from runs.agent.backends import cgroups, seccomp
 from runs.agent.backends.base import CommandSpec, ContainmentUnavailable, SandboxBackend
 
 SANDBOX_UID = 1000
@@ -56,6 +57,13 @@ FALLBACK_HOST_ID = 2_100_000_000
 STAGE = "/sys"
 # Host-wide files under the sandbox's own /proc: read-only (writes would change the
 # host's kernel settings, or trigger sysrq, whatever the sandbox's uid).
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+DEV_LINKS = (
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+)
 PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs", "kcore", "keys", "timer_list")
 # The parts of /etc a toolchain needs; nothing that holds a secret or names the host.
 ETC_ALWAYS = (
@@ -172,10 +180,13 @@ class BubblewrapBackend(SandboxBackend):
             found.append(cgroup_problem)
         return found
 
-    def argv(self, spec: CommandSpec) -> list[str]:
-        """The whole launch: the sandbox itself, behind the outer step of a root worker."""
+    def argv(self, spec: CommandSpec, seccomp_fd: int | None = None) -> list[str]:
+        """The whole launch: the sandbox itself, behind the outer step of a root worker.
+        ``seccomp_fd`` is an inherited descriptor to read the seccomp filter from."""
+        seccomp = ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
         if not drops_privilege():
-            return self._inner(spec, str(spec.workdir), spec.readonly_mounts, _identity_files())
+            identity = _identity_files()
+            return self._inner(spec, str(spec.workdir), spec.readonly_mounts, identity, seccomp)
         uid, gid = host_identity()
         staged = {rel: Path(f"{STAGE}/ro{i}") for i, rel in enumerate(sorted(spec.readonly_mounts))}
         outer = [self.bwrap, "--die-with-parent", "--dev-bind", "/", "/", "--tmpfs", STAGE]
@@ -188,7 +199,7 @@ class BubblewrapBackend(SandboxBackend):
         outer += ["--", SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
         outer += ["--inh-caps=-all", "--"]
         identity = (f"{STAGE}/passwd", f"{STAGE}/group")
-        return outer + self._inner(spec, f"{STAGE}/workspace", staged, identity)
+        return outer + self._inner(spec, f"{STAGE}/workspace", staged, identity, seccomp)
 
     def _inner(
         self,
@@ -196,14 +207,14 @@ class BubblewrapBackend(SandboxBackend):
         workdir: str,
         readonly_mounts: dict[str, Path],
         identity: tuple[str, str],
+        seccomp: list[str],
     ) -> list[str]:
         limits = spec.limits
         args = [
             self.bwrap,
+            *seccomp,
             "--unshare-all",
             "--unshare-user",
-            # No user namespace of its own inside: no way to regain capabilities.
-            "--disable-userns",
             *(["--share-net"] if spec.network else []),
             "--die-with-parent",
             "--new-session",
@@ -230,9 +241,15 @@ class BubblewrapBackend(SandboxBackend):
         args += ["--proc", "/proc"]
         for name in PROC_READ_ONLY:
             args += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
-        # /dev: device nodes only, read-only; its one writable place is a sized tmpfs.
-        args += ["--dev", "/dev", "--remount-ro", "/dev"]
+        # /dev: a few device nodes, read-only; its one writable place is a sized tmpfs. Not
+        # bwrap's --dev: its devpts needs a nested user namespace with root mapped.
+        args += ["--tmpfs", "/dev"]
+        for name in DEVICES:
+            args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
+        for name, target in DEV_LINKS:
+            args += ["--symlink", target, f"/dev/{name}"]
         args += ["--size", str(limits.tmp_bytes), "--tmpfs", "/dev/shm"]  # noqa: S108
+        args += ["--remount-ro", "/dev"]
         args += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]  # noqa: S108
         args += ["--bind", workdir, self.workdir_inside]
         for relative, source in sorted(readonly_mounts.items()):
@@ -264,9 +281,15 @@ class BubblewrapBackend(SandboxBackend):
             )
         except OSError as exc:
             raise ContainmentUnavailable(f"no cgroup for the command: {exc}") from exc
+        program = seccomp.no_user_namespaces_filter()
+        seccomp_fd = None
+        if program is not None:
+            seccomp_fd, writer = os.pipe()
+            os.write(writer, program)  # far below a pipe's capacity
+            os.close(writer)
         try:
             process = subprocess.Popen(
-                self.argv(spec),
+                self.argv(spec, seccomp_fd),
                 # The launcher's own environment: nothing but a PATH (see the module doc).
                 env={"PATH": "/usr/bin:/bin"},
                 cwd="/",
@@ -277,10 +300,14 @@ class BubblewrapBackend(SandboxBackend):
                 close_fds=True,
                 # In the child before exec: bwrap and all it starts are born in the cgroup.
                 preexec_fn=cgroup.enter,
+                pass_fds=() if seccomp_fd is None else (seccomp_fd,),
             )
         except BaseException:
             cgroup.remove()
             raise
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
         self._running[process.pid] = (cgroup, output, limits.memory_bytes)
         return process
 

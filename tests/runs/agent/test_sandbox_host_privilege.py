@@ -5,6 +5,7 @@ on the real bubblewrap backend."""
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -107,8 +108,25 @@ def test_the_sandbox_user_is_not_host_root(box):
     inside, outside, count = (int(field) for field in host_map.split())
     assert inside == 1000 and outside != 0 and count == 1, host_map
     assert outcome["result"].status == "completed", outcome["result"].output
+    # Read inside, the map names the same unprivileged host uid (one namespace deep).
+    assert (box.path / "uid_map.txt").read_text().split() == ["1000", str(outside), "1"]
     # What the command wrote belongs to that unprivileged uid on the host, too.
     assert (box.path / "uid_map.txt").stat().st_uid == outside
+
+
+def test_a_command_cannot_make_a_user_namespace_of_its_own(box):
+    code = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        # 0x10000000: CLONE_NEWUSER
+        "print('unshare', libc.unshare(0x10000000), ctypes.get_errno(), flush=True)\n"
+        "os.execvp('unshare', ['unshare', '--user', '--map-root-user', 'id', '-u'])\n"
+    )
+
+    result = _python(box, code)
+
+    assert f"unshare -1 {errno.EPERM}" in result.output, result.output
+    assert "unshare failed" in result.output and "\n0\n" not in result.output, result.output
 
 
 def test_a_proc_sys_write_fails_and_the_host_value_is_unchanged(box):
