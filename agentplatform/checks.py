@@ -8,6 +8,8 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
+from runs.agent.backends import backend_get
+
 
 @register(Tags.security, deploy=False)
 def production_settings_check(app_configs: Any, **kwargs: Any) -> list[Error]:
@@ -30,8 +32,6 @@ def production_settings_check(app_configs: Any, **kwargs: Any) -> list[Error]:
                 id="agentplatform.E002",
             )
         )
-    from runs.agent.backends import backend_get
-
     backend = backend_get()
     if not backend.contains:
         errors.append(
@@ -59,8 +59,6 @@ CONTAINMENT_HINT = (
 
 def containment_errors() -> list[Error]:
     """Why the configured sandbox backend cannot contain commands on this host."""
-    from runs.agent.backends import backend_get
-
     backend = backend_get()
     if not backend.contains:
         return []  # refused in production mode (E003); development only otherwise

@@ -36,13 +36,14 @@ import shutil
 import signal
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import IO
 
 from django.conf import settings
 
 from runs.agent.backends import cgroups, seccomp
-from runs.agent.backends.base import CommandSpec, ContainmentUnavailable, SandboxBackend
+from runs.agent.backends.base import CommandSpec, ContainmentUnavailable, Limits, SandboxBackend
 
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
@@ -178,7 +179,41 @@ class BubblewrapBackend(SandboxBackend):
         cgroup_problem = cgroups.problem()
         if cgroup_problem:
             found.append(cgroup_problem)
-        return found
+        return found or self._probe()
+
+    def _probe(self) -> list[str]:
+        """Start one real sandbox: what the settings allow, the kernel may still refuse
+        (an AppArmor or seccomp policy of the host, a read-only cgroup tree)."""
+        root = Path(settings.SANDBOX_ROOT)
+        root.mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix=".probe-", dir=root))
+        spec = CommandSpec(
+            argv=["/bin/sh", "-c", "cat /proc/self/uid_map"],
+            workdir=workdir,
+            env={"PATH": "/usr/bin:/bin"},
+            limits=Limits(cpu_seconds=10, memory_bytes=64 * 1024**2, file_size_bytes=1024**2),
+        )
+        try:
+            with tempfile.TemporaryFile() as output:
+                process = self.start(spec, output)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    pass
+                finally:
+                    self.kill(process)
+                output.seek(0)
+                said = output.read(2000).decode(errors="replace").strip()
+        except OSError as exc:
+            return [f"a sandbox could not be started ({exc})"]
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        fields = said.split()
+        if process.returncode != 0 or len(fields) != 3:
+            return [f"a sandbox could not be started (bwrap said: {said[-500:]!r})"]
+        if fields[1] == "0" and os.geteuid() == 0:
+            return ["a sandboxed command ran as host root"]
+        return []
 
     def argv(self, spec: CommandSpec, seccomp_fd: int | None = None) -> list[str]:
         """The whole launch: the sandbox itself, behind the outer step of a root worker.
