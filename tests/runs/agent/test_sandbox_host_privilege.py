@@ -5,6 +5,7 @@ on the real bubblewrap backend."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import threading
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.agent.backends import backend_get
+from runs.agent.backends import backend_get, cgroups
 from runs.agent.sandbox import LocalSandbox, ResourceLimits
 from runs.agent.tools import Toolbox, ToolPolicy
 
@@ -112,6 +113,44 @@ def test_the_sandbox_user_is_not_host_root(box):
     assert (box.path / "uid_map.txt").read_text().split() == ["1000", str(outside), "1"]
     # What the command wrote belongs to that unprivileged uid on the host, too.
     assert (box.path / "uid_map.txt").stat().st_uid == outside
+
+
+def _command_cgroup_names(pid: int) -> set[str]:
+    """The per-command cgroups (agentplatform-<hex>) a host process is in."""
+    names = set()
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        last = line.rsplit("/", 1)[-1]
+        if last.startswith(cgroups.PREFIX):
+            names.add(last)
+    return names
+
+
+def test_a_commands_cgroup_holds_its_tree_and_is_gone_after_a_timeout(box):
+    token = f"30.{uuid.uuid4().int % 10**6:06d}"
+    code = f"import subprocess\nsubprocess.run(['sleep', '{token}'])\n"
+    outcome: dict[str, object] = {}
+    worker = threading.Thread(target=lambda: outcome.update(result=_python(box, code, 3)))
+    worker.start()
+    found = cgroups.layout()
+    assert found is not None
+    names: set[str] = set()
+    deadline = time.monotonic() + 20
+    while not names and time.monotonic() < deadline:
+        for pid in _host_pids_with(f"sleep\0{token}"):
+            with contextlib.suppress(OSError):
+                names |= _command_cgroup_names(pid)
+        time.sleep(0.05)
+    # One cgroup per command (the same name in every hierarchy of cgroup v1), limited.
+    assert len(names) == 1, names
+    dirs = [parent / name for parent in found.parents.values() for name in names]
+    knob = "memory.max" if found.version == 2 else "memory.limit_in_bytes"
+    memory = [d / knob for d in dirs if (d / knob).exists()]
+    assert memory and int(memory[0].read_text()) <= box.limits.memory_bytes, dirs
+    worker.join(timeout=30)
+
+    assert outcome["result"].status == "timed_out"
+    assert not _host_pids_with(f"sleep\0{token}")
+    assert not [path for path in dirs if path.exists()], dirs
 
 
 def test_a_command_cannot_make_a_user_namespace_of_its_own(box):
