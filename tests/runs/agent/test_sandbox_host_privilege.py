@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runs.agent.backends import backend_get, cgroups
+from runs.agent.backends import backend_get
 from runs.agent.sandbox import LocalSandbox, ResourceLimits
 from runs.agent.tools import Toolbox, ToolPolicy
 
@@ -115,14 +115,26 @@ def test_the_sandbox_user_is_not_host_root(box):
     assert (box.path / "uid_map.txt").stat().st_uid == outside
 
 
-def _command_cgroup_names(pid: int) -> set[str]:
-    """The per-command cgroups (agentplatform-<hex>) a host process is in."""
-    names = set()
+def _command_cgroups(pid: int) -> dict[str, Path]:
+    """The per-command cgroups (agentplatform-<hex>) a host process is in, by controller
+    ("" for cgroup v2), read from the host's own view of cgroups and mounts."""
+    mounts: dict[str, Path] = {}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, _, extra = line.partition(" - ")
+        fstype, _, options = extra.split()[:3]
+        if fstype == "cgroup2":
+            mounts[""] = Path(fields.split()[4])
+        elif fstype == "cgroup":
+            for option in options.split(","):
+                mounts.setdefault(option, Path(fields.split()[4]))
+    found = {}
     for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        last = line.rsplit("/", 1)[-1]
-        if last.startswith(cgroups.PREFIX):
-            names.add(last)
-    return names
+        _, controllers, path = line.split(":", 2)
+        if path.rsplit("/", 1)[-1].startswith("agentplatform-"):
+            for controller in controllers.split(",") if controllers else [""]:
+                if controller in mounts:
+                    found[controller] = mounts[controller] / path.lstrip("/")
+    return found
 
 
 def test_a_commands_cgroup_holds_its_tree_and_is_gone_after_a_timeout(box):
@@ -131,26 +143,23 @@ def test_a_commands_cgroup_holds_its_tree_and_is_gone_after_a_timeout(box):
     outcome: dict[str, object] = {}
     worker = threading.Thread(target=lambda: outcome.update(result=_python(box, code, 3)))
     worker.start()
-    found = cgroups.layout()
-    assert found is not None
-    names: set[str] = set()
+    dirs: dict[str, Path] = {}
     deadline = time.monotonic() + 20
-    while not names and time.monotonic() < deadline:
+    while not dirs and time.monotonic() < deadline:
         for pid in _host_pids_with(f"sleep\0{token}"):
             with contextlib.suppress(OSError):
-                names |= _command_cgroup_names(pid)
+                dirs.update(_command_cgroups(pid))
         time.sleep(0.05)
-    # One cgroup per command (the same name in every hierarchy of cgroup v1), limited.
-    assert len(names) == 1, names
-    dirs = [parent / name for parent in found.parents.values() for name in names]
-    knob = "memory.max" if found.version == 2 else "memory.limit_in_bytes"
-    memory = [d / knob for d in dirs if (d / knob).exists()]
-    assert memory and int(memory[0].read_text()) <= box.limits.memory_bytes, dirs
+    # The sandbox's grandchild is in the command's memory-limited cgroup.
+    memory = dirs.get("memory") or dirs.get("")
+    assert memory is not None, dirs
+    knob = memory / ("memory.limit_in_bytes" if "memory" in dirs else "memory.max")
+    assert int(knob.read_text()) <= box.limits.memory_bytes
     worker.join(timeout=30)
 
     assert outcome["result"].status == "timed_out"
     assert not _host_pids_with(f"sleep\0{token}")
-    assert not [path for path in dirs if path.exists()], dirs
+    assert not [path for path in dirs.values() if path.exists()], dirs
 
 
 def test_a_command_cannot_make_a_user_namespace_of_its_own(box):
