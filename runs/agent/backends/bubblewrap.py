@@ -134,23 +134,27 @@ def drops_privilege() -> bool:
 
 def hand_over(root: Path, uid: int, gid: int) -> None:
     """Make the working copy the sandbox user's: everything not yet owned by ``uid``
-    (what the worker wrote as root) is given to it; links are not followed."""
-    pending = [str(root)]
-    info = os.lstat(root)
-    if (info.st_uid, info.st_gid) != (uid, gid):
-        os.chown(root, uid, gid, follow_symlinks=False)
+    (what the worker wrote as root) is given to it. The walk goes by directory
+    descriptors opened with O_NOFOLLOW, so a link never leads it out of the copy."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    top = os.open(root, flags)
+    pending = [top]
+    if os.fstat(top)[4:6] != (uid, gid):
+        os.fchown(top, uid, gid)
     while pending:
         directory = pending.pop()
-        with contextlib.suppress(OSError), os.scandir(directory) as entries:
-            for entry in entries:
+        try:
+            for entry in os.scandir(directory):
                 try:
                     info = entry.stat(follow_symlinks=False)
                     if (info.st_uid, info.st_gid) != (uid, gid):
-                        os.chown(entry.path, uid, gid, follow_symlinks=False)
+                        os.chown(entry.name, uid, gid, dir_fd=directory, follow_symlinks=False)
+                    if stat.S_ISDIR(info.st_mode):
+                        pending.append(os.open(entry.name, flags, dir_fd=directory))
                 except OSError:
                     continue
-                if stat.S_ISDIR(info.st_mode):
-                    pending.append(entry.path)
+        finally:
+            os.close(directory)
 
 
 class BubblewrapBackend(SandboxBackend):

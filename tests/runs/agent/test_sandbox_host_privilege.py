@@ -282,3 +282,24 @@ def test_writes_to_dev_are_bounded(box):
     }
     assert wrote.get("/dev/filler") == 0 and wrote.get("/dev/null2") == 0, result.output
     assert wrote.get("/dev/shm/filler", -1) <= tmp_bytes, result.output
+
+
+def test_handing_the_working_copy_over_never_follows_a_link(box, tmp_path):
+    host_file = tmp_path / "host-owned"
+    host_file.write_text("root's\n")
+    host_dir = tmp_path / "host-dir"
+    host_dir.mkdir()
+    (host_dir / "inner").write_text("root's\n")
+    code = (
+        "import os\n"
+        f"os.symlink({str(host_file)!r}, 'file-link')\n"
+        f"os.symlink({str(host_dir)!r}, 'dir-link')\n"
+    )
+    assert _python(box, code).status == "completed"
+
+    # The next command hands the working copy over again, links included.
+    assert _python(box, "print('again')\n").status == "completed"
+
+    assert os.lstat(box.path / "file-link").st_uid != 0
+    for path in (host_file, host_dir, host_dir / "inner"):
+        assert path.stat().st_uid == 0, path
