@@ -65,7 +65,21 @@ DEV_LINKS = (
     ("stdout", "/proc/self/fd/1"),
     ("stderr", "/proc/self/fd/2"),
 )
-PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs", "kcore", "keys", "timer_list")
+PROC_READ_ONLY = (
+    "sys",
+    "sysrq-trigger",
+    "irq",
+    "bus",
+    "fs",
+    "pressure",
+    "acpi",
+    "scsi",
+    "driver",
+    "tty",
+    "kcore",
+    "keys",
+    "timer_list",
+)
 # The parts of /etc a toolchain needs; nothing that holds a secret or names the host.
 ETC_ALWAYS = (
     "alternatives",

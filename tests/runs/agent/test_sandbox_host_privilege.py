@@ -198,6 +198,24 @@ def test_a_proc_sys_write_fails_and_the_host_value_is_unchanged(box):
     assert {path: Path(path).read_text() for path in targets} == before
 
 
+def test_nothing_under_proc_but_the_sandboxs_own_processes_is_writable(box):
+    code = (
+        "import os\n"
+        "for top, dirs, files in os.walk('/proc'):\n"
+        "    if top == '/proc':\n"
+        "        dirs[:] = [d for d in dirs if not d.isdigit() and 'self' not in d]\n"
+        "    for name in files:\n"
+        "        path = os.path.join(top, name)\n"
+        "        if os.access(path, os.W_OK):\n"
+        "            print('writable', path)\n"
+        "print('walked')\n"
+    )
+
+    result = _python(box, code)
+
+    assert "walked" in result.output and "writable" not in result.output, result.output
+
+
 def _available_bytes() -> int:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemAvailable:"):
