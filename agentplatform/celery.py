@@ -189,6 +189,20 @@ def _loaded_objects_freeze(**kwargs: Any) -> None:
     loaded_objects_freeze()
 
 
+@signals.worker_init.connect
+def _sandbox_containment_required(**kwargs: Any) -> None:
+    """A worker that could not contain the agent's commands refuses to start (SystemExit:
+    Celery logs and swallows ordinary exceptions raised by signal handlers)."""
+    from agentplatform.checks import CONTAINMENT_HINT, containment_errors
+
+    errors = containment_errors()
+    if errors:
+        lines = [f"{error.id}: {error.msg}" for error in errors]
+        raise SystemExit(
+            "\n".join(["The worker cannot contain commands:", *lines, CONTAINMENT_HINT])
+        )
+
+
 @signals.worker_process_init.connect
 def _otel_after_fork(**kwargs: Any) -> None:
     # The batch exporter's thread does not survive the fork into a pool process.

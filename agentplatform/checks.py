@@ -8,6 +8,8 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
+from runs.agent.backends import backend_get
+
 
 @register(Tags.security, deploy=False)
 def production_settings_check(app_configs: Any, **kwargs: Any) -> list[Error]:
@@ -30,8 +32,6 @@ def production_settings_check(app_configs: Any, **kwargs: Any) -> list[Error]:
                 id="agentplatform.E002",
             )
         )
-    from runs.agent.backends import backend_get
-
     backend = backend_get()
     if not backend.contains:
         errors.append(
@@ -43,14 +43,40 @@ def production_settings_check(app_configs: Any, **kwargs: Any) -> list[Error]:
                 id="agentplatform.E003",
             )
         )
-    for problem in backend.problems():
-        errors.append(
-            Error(
-                f"Sandbox backend {backend.name!r} cannot run: {problem}.",
-                id="agentplatform.E004",
-            )
-        )
     return errors
+
+
+CONTAINMENT_HINT = (
+    "A worker contains the agent's commands only where bwrap can run them as an "
+    "unprivileged host uid in user namespaces (unprivileged user namespaces allowed), "
+    "with a cgroup per command limiting memory, processes and CPU (cgroup v2 with "
+    "memory and pids delegated to the worker's user, named in SANDBOX_CGROUP_ROOT, or "
+    "cgroup v1 memory and pids hierarchies writable by it). A root worker's commands run "
+    "as SANDBOX_HOST_UID/SANDBOX_HOST_GID (default: the account agentsandbox, else uid "
+    "2100000000). See docs/sandbox-backends.md."
+)
+
+
+def containment_errors() -> list[Error]:
+    """Why the configured sandbox backend cannot contain commands on this host."""
+    backend = backend_get()
+    if not backend.contains:
+        return []  # refused in production mode (E003); development only otherwise
+    return [
+        Error(
+            f"Sandbox backend {backend.name!r} cannot contain commands here: {problem}.",
+            hint=CONTAINMENT_HINT,
+            id="agentplatform.E004",
+        )
+        for problem in backend.problems()
+    ]
+
+
+@register(Tags.security)
+def sandbox_containment_check(app_configs: Any, **kwargs: Any) -> list[Error]:
+    """In every mode: a worker started with these settings refuses to run (see
+    ``agentplatform.celery``), so say so wherever the checks run."""
+    return containment_errors()
 
 
 # Not under Tags.staticfiles: collectstatic runs that tag's checks before it writes the

@@ -431,6 +431,15 @@ SANDBOX_PROCESSES = _env_value("SANDBOX_PROCESSES", int, 256)
 # The working copy's total size, watched while a command runs and checked after it.
 SANDBOX_WORKSPACE_BYTES = _env_value("SANDBOX_WORKSPACE_BYTES", int, 2 * 1024**3)
 SANDBOX_TMP_BYTES = _env_value("SANDBOX_TMP_BYTES", int, 256 * 1024**2)
+# Containment of the bubblewrap backend (docs/sandbox-backends.md). CPUs the command
+# tree may use at once (0: no quota). The host uid/gid a root worker's commands run as
+# (-1: the account agentsandbox if it exists, else 2100000000, a uid no account has).
+# The cgroup v2 directory under which each command gets its cgroup (memory, pids, cpu);
+# empty: the worker's own cgroup or the nearest ancestor that delegates them.
+SANDBOX_CPUS = _env_value("SANDBOX_CPUS", float, 1.0)
+SANDBOX_HOST_UID = _env_value("SANDBOX_HOST_UID", int, -1)
+SANDBOX_HOST_GID = _env_value("SANDBOX_HOST_GID", int, -1)
+SANDBOX_CGROUP_ROOT = _env_value("SANDBOX_CGROUP_ROOT", str, "")
 
 # --- Git provider webhooks ------------------------------------------------------------
 

@@ -3,8 +3,9 @@
 Each command is run N times three ways: ``subprocess.run`` directly (the baseline: what
 the agent's commands cost with no walls), through ``LocalSandbox`` on the ``process``
 backend (the supervision loop, rlimits, the working-copy size watch), and through
-``LocalSandbox`` on ``bubblewrap`` (namespaces, mounts, prlimit, a pids cgroup where
-one is writable). Two commands: ``true`` (pure start-up cost) and ``python3 -c pass``
+``LocalSandbox`` on ``bubblewrap`` (namespaces, mounts, prlimit, a cgroup per command,
+and for a root worker the outer bwrap and setpriv that drop to an unprivileged uid). Two
+commands: ``true`` (pure start-up cost) and ``python3 -c pass``
 (a typical interpreter start). Prints milliseconds per command and the ratio to the
 baseline, all measured in this run.
 

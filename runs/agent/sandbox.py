@@ -72,6 +72,7 @@ def limits_from_settings() -> Limits:
         processes=settings.SANDBOX_PROCESSES,
         workspace_bytes=settings.SANDBOX_WORKSPACE_BYTES,
         tmp_bytes=settings.SANDBOX_TMP_BYTES,
+        cpus=settings.SANDBOX_CPUS,
     )
 
 
@@ -296,7 +297,7 @@ def sandbox_orphans_sweep(*, active_run_ids: set[str], min_age_seconds: float = 
     machine that died before cleaning up, or moved to another worker). Scratch
     directories and command logs belong to steps in flight, so only old ones go.
     """
-    from runs.agent.backends.bubblewrap import cgroups_sweep
+    from runs.agent.backends.cgroups import cgroups_sweep
     from runs.agent.platform_git import platform_repository_root
 
     cgroups_sweep()

@@ -9,14 +9,21 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from runs.agent.backends.base import CommandSpec, Limits, SandboxBackend
+from runs.agent.backends.base import CommandSpec, ContainmentUnavailable, Limits, SandboxBackend
 
 BACKENDS = {
     "bubblewrap": "runs.agent.backends.bubblewrap.BubblewrapBackend",
     "process": "runs.agent.backends.process.ProcessBackend",
 }
 
-__all__ = ["BACKENDS", "CommandSpec", "Limits", "SandboxBackend", "backend_get"]
+__all__ = [
+    "BACKENDS",
+    "CommandSpec",
+    "ContainmentUnavailable",
+    "Limits",
+    "SandboxBackend",
+    "backend_get",
+]
 
 
 @functools.cache

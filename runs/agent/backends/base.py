@@ -26,6 +26,12 @@ class Limits:
     processes: int = 256
     workspace_bytes: int = 2 * 1024**3
     tmp_bytes: int = 256 * 1024**2
+    # CPUs the whole command tree may use at once (a cgroup quota); 0: no quota.
+    cpus: float = 1.0
+
+
+class ContainmentUnavailable(OSError):
+    """The backend cannot contain a command here (e.g. no cgroup could be made)."""
 
 
 @dataclass

@@ -1,20 +1,29 @@
 """bubblewrap: each command in fresh user, mount, pid, network, IPC, UTS and cgroup
 namespaces, as an unprivileged uid with no capabilities and no_new_privs, seeing a
 minimal read-only system, its own working copy (the only writable place), a private
-size-capped /tmp and its own /proc.
+size-capped /tmp and /dev/shm, a read-only /dev and its own /proc with /proc/sys and
+the other host-wide files read-only. A seccomp filter (``runs.agent.backends.seccomp``)
+keeps it from making user namespaces of its own.
 
-The launcher (bwrap) is started with an environment of nothing but PATH: inside the pid
-namespace a command can read the environ of every ancestor it can see, which is bwrap
-itself, so no ancestor may hold a secret. ``--die-with-parent`` ties the sandbox to the
-worker: when the worker dies, for any reason, the kernel kills bwrap's init and with it
-every process of the pid namespace. Limits on processes, memory, CPU time and file size
-are set inside the namespace (``prlimit``).
+The sandbox's uid 1000 is an unprivileged uid **on the host** too, whoever runs the
+worker. bwrap maps the sandbox's uid to the uid that starts it, so a worker running as
+an unprivileged user starts it directly. A root worker starts it through two steps: an
+outer bwrap (root, a private mount namespace only) places the working copy, its
+read-only mounts and the identity files under a tmpfs every user may traverse (the
+worker's directories may be private to root), then ``setpriv`` drops to
+``SANDBOX_HOST_UID``/``SANDBOX_HOST_GID`` and the inner bwrap builds the sandbox as that
+user: ``/proc/self/uid_map`` reads ``1000 <that uid> 1`` and no process of the command
+has any privilege over the host. The working copy is handed to that uid before each
+command (files the worker wrote in between are root's).
 
-The kernel never applies the process limit to processes whose host uid is root, and a
-sandbox started by a root worker maps to root outside its namespace. So when a pids
-cgroup is writable (cgroup v1 ``pids`` or a delegated cgroup v2), every command also
-gets a cgroup of its own with ``pids.max``: the limit then holds whoever runs the
-worker. Run workers as an unprivileged user in production (docs/deploy).
+The launcher is started with an environment of nothing but PATH: inside the pid
+namespace a command can read the environ of every ancestor it can see, so no ancestor
+may hold a secret. ``--die-with-parent`` (on both bwraps) ties the sandbox to the worker:
+when the worker dies, for any reason, the kernel kills bwrap's init and with it every
+process of the pid namespace. Each command gets a cgroup of its own
+(``runs.agent.backends.cgroups``) limiting memory (every tmpfs page it writes included),
+processes and CPU over the whole tree; per-process limits (address space, CPU seconds,
+file size, no core files) are set inside with ``prlimit``.
 """
 
 from __future__ import annotations
@@ -22,21 +31,55 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import pwd
 import shutil
 import signal
+import stat
 import subprocess
-import time
-import uuid
+import tempfile
 from pathlib import Path
 from typing import IO
 
 from django.conf import settings
 
-from runs.agent.backends.base import CommandSpec, SandboxBackend
+from runs.agent.backends import cgroups, seccomp
+from runs.agent.backends.base import CommandSpec, ContainmentUnavailable, Limits, SandboxBackend
 
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
 PRLIMIT = "/usr/bin/prlimit"
+SETPRIV = "/usr/bin/setpriv"
+# The account whose ids a root worker's sandboxes run as, when it exists and
+# SANDBOX_HOST_UID is not set; otherwise FALLBACK_HOST_ID, a uid no account has.
+HOST_ACCOUNT = "agentsandbox"
+FALLBACK_HOST_ID = 2_100_000_000
+# Where the outer bwrap of a root worker stages what the inner one binds: a tmpfs over
+# /sys (the sandbox never sees /sys, and it exists on every Linux host).
+STAGE = "/sys"
+# Host-wide files under the sandbox's own /proc: read-only (writes would change the
+# host's kernel settings, or trigger sysrq, whatever the sandbox's uid).
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+DEV_LINKS = (
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+)
+PROC_READ_ONLY = (
+    "sys",
+    "sysrq-trigger",
+    "irq",
+    "bus",
+    "fs",
+    "pressure",
+    "acpi",
+    "scsi",
+    "driver",
+    "tty",
+    "kcore",
+    "keys",
+    "timer_list",
+)
 # The parts of /etc a toolchain needs; nothing that holds a secret or names the host.
 ETC_ALWAYS = (
     "alternatives",
@@ -86,47 +129,46 @@ def _identity_files() -> tuple[str, str]:
     return paths[0], paths[1]
 
 
-@functools.cache
-def pids_cgroup_root() -> Path | None:
-    """A cgroup directory under which this process may create pids-limited children."""
-    for candidate in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
-        if not (candidate / "cgroup.procs").exists():
-            continue
-        if candidate == Path("/sys/fs/cgroup"):
-            controllers = candidate / "cgroup.subtree_control"
-            if not controllers.exists() or "pids" not in controllers.read_text().split():
-                continue
-        probe = candidate / f"agentplatform-probe-{uuid.uuid4().hex[:8]}"
+def host_identity() -> tuple[int, int]:
+    """The host uid and gid of every sandboxed command when the worker runs as root."""
+    uid, gid = settings.SANDBOX_HOST_UID, settings.SANDBOX_HOST_GID
+    if uid < 0:
         try:
-            probe.mkdir()
-        except OSError:
-            continue
+            account = pwd.getpwnam(HOST_ACCOUNT)
+            uid, gid = account.pw_uid, (account.pw_gid if gid < 0 else gid)
+        except KeyError:
+            uid = FALLBACK_HOST_ID
+    return uid, (uid if gid < 0 else gid)
+
+
+def drops_privilege() -> bool:
+    """Whether commands must be switched to an unprivileged host uid (root worker)."""
+    return os.geteuid() == 0
+
+
+def hand_over(root: Path, uid: int, gid: int) -> None:
+    """Make the working copy the sandbox user's: everything not yet owned by ``uid``
+    (what the worker wrote as root) is given to it. The walk goes by directory
+    descriptors opened with O_NOFOLLOW, so a link never leads it out of the copy."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    top = os.open(root, flags)
+    pending = [top]
+    if os.fstat(top)[4:6] != (uid, gid):
+        os.fchown(top, uid, gid)
+    while pending:
+        directory = pending.pop()
         try:
-            if (probe / "pids.max").exists():
-                return candidate
+            for entry in os.scandir(directory):
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                    if (info.st_uid, info.st_gid) != (uid, gid):
+                        os.chown(entry.name, uid, gid, dir_fd=directory, follow_symlinks=False)
+                    if stat.S_ISDIR(info.st_mode):
+                        pending.append(os.open(entry.name, flags, dir_fd=directory))
+                except OSError:
+                    continue
         finally:
-            with contextlib.suppress(OSError):
-                probe.rmdir()
-    return None
-
-
-def cgroups_sweep(*, min_age_seconds: float = 300) -> int:
-    """Remove the empty per-command cgroups that dead workers left behind; a cgroup
-    still in use cannot be removed (the kernel refuses), so this is always safe."""
-    root = pids_cgroup_root()
-    if root is None:
-        return 0
-    removed = 0
-    now = time.time()
-    for cgroup in root.glob("agentplatform-*"):
-        try:
-            if now - cgroup.stat().st_mtime < min_age_seconds:
-                continue
-            cgroup.rmdir()
-            removed += 1
-        except OSError:
-            continue
-    return removed
+            os.close(directory)
 
 
 class BubblewrapBackend(SandboxBackend):
@@ -136,22 +178,96 @@ class BubblewrapBackend(SandboxBackend):
 
     def __init__(self) -> None:
         self.bwrap = shutil.which("bwrap") or "/usr/bin/bwrap"
-        self._cgroups: dict[int, Path | None] = {}
+        # launcher pid -> (its cgroup, its output, the memory limit)
+        self._running: dict[int, tuple[cgroups.CommandCgroup, IO[bytes], int]] = {}
 
     def problems(self) -> list[str]:
         found = []
         if not os.access(self.bwrap, os.X_OK):
             found.append("bwrap is not installed (apt-get install bubblewrap)")
-        if not os.access(PRLIMIT, os.X_OK):
-            found.append(f"{PRLIMIT} is missing (Debian package util-linux)")
-        return found
+        for tool in (PRLIMIT, SETPRIV):
+            if not os.access(tool, os.X_OK):
+                found.append(f"{tool} is missing (Debian package util-linux)")
+        found += user_namespace_problems()
+        if drops_privilege() and 0 in host_identity():
+            found.append(
+                "the worker runs as root and SANDBOX_HOST_UID/SANDBOX_HOST_GID name root: "
+                "sandboxed commands would be host root"
+            )
+        cgroup_problem = cgroups.problem()
+        if cgroup_problem:
+            found.append(cgroup_problem)
+        return found or self._probe()
 
-    def argv(self, spec: CommandSpec) -> list[str]:
+    def _probe(self) -> list[str]:
+        """Start one real sandbox: what the settings allow, the kernel may still refuse
+        (an AppArmor or seccomp policy of the host, a read-only cgroup tree)."""
+        root = Path(settings.SANDBOX_ROOT)
+        root.mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix=".probe-", dir=root))
+        spec = CommandSpec(
+            argv=["/bin/sh", "-c", "cat /proc/self/uid_map"],
+            workdir=workdir,
+            env={"PATH": "/usr/bin:/bin"},
+            limits=Limits(cpu_seconds=10, memory_bytes=64 * 1024**2, file_size_bytes=1024**2),
+        )
+        try:
+            with tempfile.TemporaryFile() as output:
+                process = self.start(spec, output)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    pass
+                finally:
+                    self.kill(process)
+                output.seek(0)
+                said = output.read(2000).decode(errors="replace").strip()
+        except OSError as exc:
+            return [f"a sandbox could not be started ({exc})"]
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        fields = said.split()
+        if process.returncode != 0 or len(fields) != 3:
+            return [f"a sandbox could not be started (bwrap said: {said[-500:]!r})"]
+        if fields[1] == "0" and os.geteuid() == 0:
+            return ["a sandboxed command ran as host root"]
+        return []
+
+    def argv(self, spec: CommandSpec, seccomp_fd: int | None = None) -> list[str]:
+        """The whole launch: the sandbox itself, behind the outer step of a root worker.
+        ``seccomp_fd`` is an inherited descriptor to read the seccomp filter from."""
+        seccomp = ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
+        if not drops_privilege():
+            identity = _identity_files()
+            return self._inner(spec, str(spec.workdir), spec.readonly_mounts, identity, seccomp)
+        uid, gid = host_identity()
+        staged = {rel: Path(f"{STAGE}/ro{i}") for i, rel in enumerate(sorted(spec.readonly_mounts))}
+        outer = [self.bwrap, "--die-with-parent", "--dev-bind", "/", "/", "--tmpfs", STAGE]
+        outer += ["--bind", str(spec.workdir), f"{STAGE}/workspace"]
+        for relative, target in staged.items():
+            outer += ["--ro-bind", str(spec.readonly_mounts[relative]), str(target)]
+        for name, source in zip(("passwd", "group"), _identity_files(), strict=True):
+            outer += ["--ro-bind", source, f"{STAGE}/{name}"]
+        outer += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        outer += ["--", SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
+        outer += ["--inh-caps=-all", "--"]
+        identity = (f"{STAGE}/passwd", f"{STAGE}/group")
+        return outer + self._inner(spec, f"{STAGE}/workspace", staged, identity, seccomp)
+
+    def _inner(
+        self,
+        spec: CommandSpec,
+        workdir: str,
+        readonly_mounts: dict[str, Path],
+        identity: tuple[str, str],
+        seccomp: list[str],
+    ) -> list[str]:
         limits = spec.limits
-        passwd, group = _identity_files()
         args = [
             self.bwrap,
+            *seccomp,
             "--unshare-all",
+            "--unshare-user",
             *(["--share-net"] if spec.network else []),
             "--die-with-parent",
             "--new-session",
@@ -165,30 +281,31 @@ class BubblewrapBackend(SandboxBackend):
             "sandbox",
             *_system_mounts(),
             "--ro-bind",
-            passwd,
+            identity[0],
             "/etc/passwd",
             "--ro-bind",
-            group,
+            identity[1],
             "/etc/group",
         ]
         if spec.network:
             for name in ETC_NETWORK:
                 if (Path("/etc") / name).exists():
                     args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-        args += [
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--size",
-            str(limits.tmp_bytes),
-            "--tmpfs",
-            "/tmp",  # noqa: S108 - the sandbox's own private tmpfs
-            "--bind",
-            str(spec.workdir),
-            self.workdir_inside,
-        ]
-        for relative, source in sorted(spec.readonly_mounts.items()):
+        args += ["--proc", "/proc"]
+        for name in PROC_READ_ONLY:
+            args += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
+        # /dev: a few device nodes, read-only; its one writable place is a sized tmpfs. Not
+        # bwrap's --dev: its devpts needs a nested user namespace with root mapped.
+        args += ["--tmpfs", "/dev"]
+        for name in DEVICES:
+            args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
+        for name, target in DEV_LINKS:
+            args += ["--symlink", target, f"/dev/{name}"]
+        args += ["--size", str(limits.tmp_bytes), "--tmpfs", "/dev/shm"]  # noqa: S108
+        args += ["--remount-ro", "/dev"]
+        args += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]  # noqa: S108
+        args += ["--bind", workdir, self.workdir_inside]
+        for relative, source in sorted(readonly_mounts.items()):
             args += ["--ro-bind", str(source), f"{self.workdir_inside}/{relative}"]
         # The sandbox's root (and the mount points bwrap made in it) is read-only too.
         args += ["--remount-ro", "/", "--chdir", self.workdir_inside, "--clearenv"]
@@ -199,7 +316,6 @@ class BubblewrapBackend(SandboxBackend):
             "--",
             PRLIMIT,
             f"--nproc={limits.processes}",
-            f"--as={limits.memory_bytes}",
             f"--cpu={limits.cpu_seconds}",
             f"--fsize={limits.file_size_bytes}",
             "--core=0",
@@ -209,16 +325,24 @@ class BubblewrapBackend(SandboxBackend):
         return args
 
     def start(self, spec: CommandSpec, output: IO[bytes]) -> subprocess.Popen[bytes]:
-        cgroup = self._cgroup(spec.limits.processes)
-
-        def enter_cgroup() -> None:
-            # In the child before exec: bwrap and all it starts are born in the cgroup.
-            if cgroup is not None:
-                (cgroup / "cgroup.procs").write_text("0")
-
+        limits = spec.limits
+        if drops_privilege():
+            hand_over(spec.workdir, *host_identity())
+        try:
+            cgroup = cgroups.CommandCgroup.create(
+                memory_bytes=limits.memory_bytes, processes=limits.processes, cpus=limits.cpus
+            )
+        except OSError as exc:
+            raise ContainmentUnavailable(f"no cgroup for the command: {exc}") from exc
+        program = seccomp.no_user_namespaces_filter()
+        seccomp_fd = None
+        if program is not None:
+            seccomp_fd, writer = os.pipe()
+            os.write(writer, program)  # far below a pipe's capacity
+            os.close(writer)
         try:
             process = subprocess.Popen(
-                self.argv(spec),
+                self.argv(spec, seccomp_fd),
                 # The launcher's own environment: nothing but a PATH (see the module doc).
                 env={"PATH": "/usr/bin:/bin"},
                 cwd="/",
@@ -227,52 +351,61 @@ class BubblewrapBackend(SandboxBackend):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=enter_cgroup if cgroup is not None else None,
+                # In the child before exec: bwrap and all it starts are born in the cgroup.
+                preexec_fn=cgroup.enter,
+                pass_fds=() if seccomp_fd is None else (seccomp_fd,),
             )
         except BaseException:
-            self._cgroup_remove(cgroup)
+            cgroup.remove()
             raise
-        self._cgroups[process.pid] = cgroup
+        finally:
+            if seccomp_fd is not None:
+                os.close(seccomp_fd)
+        self._running[process.pid] = (cgroup, output, limits.memory_bytes)
         return process
 
     def kill(self, process: subprocess.Popen[bytes]) -> None:
         # bwrap's init dies with bwrap (--die-with-parent), and the kernel kills every
-        # process of a pid namespace whose init died.
+        # process of a pid namespace whose init died; the cgroup catches any straggler.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             process.kill()
         process.wait()
-        cgroup = self._cgroups.pop(process.pid, None)
-        if cgroup is not None:
-            with contextlib.suppress(OSError):
-                for pid in (cgroup / "cgroup.procs").read_text().split():
-                    with contextlib.suppress(ProcessLookupError, ValueError):
-                        os.kill(int(pid), signal.SIGKILL)
-            self._cgroup_remove(cgroup)
-
-    def _cgroup(self, processes: int) -> Path | None:
-        root = pids_cgroup_root()
-        if root is None:
-            return None
-        cgroup = root / f"agentplatform-{uuid.uuid4().hex}"
-        try:
-            cgroup.mkdir()
-            (cgroup / "pids.max").write_text(str(processes))
-        except OSError:
-            self._cgroup_remove(cgroup)
-            return None
-        return cgroup
-
-    @staticmethod
-    def _cgroup_remove(cgroup: Path | None) -> None:
-        if cgroup is None:
+        running = self._running.pop(process.pid, None)
+        if running is None:
             return
-        for _ in range(50):
-            try:
-                cgroup.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.01)  # its last processes are still being reaped
+        cgroup, output, memory_bytes = running
+        cgroup.kill()
+        killed = cgroup.oom_kills()
+        if killed:
+            # The agent reads this in the command's output: why its processes vanished.
+            note = (
+                f"\n[sandbox: the memory limit of {memory_bytes} bytes was reached; "
+                f"{killed} process(es) killed]\n"
+            )
+            # At the offset the command's own writes left (the file description is shared).
+            with contextlib.suppress(OSError, ValueError):
+                os.write(output.fileno(), note.encode())
+        cgroup.remove()
+
+
+def user_namespace_problems() -> list[str]:
+    """Why an unprivileged user could not create the sandbox's user namespace."""
+    found = []
+    for name, bad in (
+        ("user/max_user_namespaces", "0"),
+        ("kernel/unprivileged_userns_clone", "0"),
+        ("kernel/apparmor_restrict_unprivileged_userns", "1"),
+    ):
+        with contextlib.suppress(OSError):
+            if (Path("/proc/sys") / name).read_text().strip() == bad:
+                found.append(
+                    f"unprivileged user namespaces are off (sysctl {name.replace('/', '.')}="
+                    f"{bad}); bwrap needs them (or an AppArmor profile allowing bwrap)"
+                )
+    return found
+
+
+def cgroups_sweep(*, min_age_seconds: float = 300) -> int:
+    return cgroups.cgroups_sweep(min_age_seconds=min_age_seconds)
