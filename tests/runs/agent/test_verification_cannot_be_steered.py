@@ -1,0 +1,104 @@
+"""A patch cannot fake its own verification: a module shadowing the test runner, a
+package that makes the runner find nothing, through a real run on the scripted model."""
+
+from __future__ import annotations
+
+import pytest
+
+from runs import demo
+from runs.engine import run_drive_inline
+from runs.models import Approval, Artifact, JudgeAttempt, PullRequest, Run, VerificationAttempt
+from runs.services import task_submit
+from tests.runs.agent.steering_scripts import FAKE_UNITTEST_MAIN, branches, fix, script, write
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# The same two tests, both skipped: unittest exits 0 and says OK.
+SKIPPED_TESTS = demo.SAMPLE_FILES["tests/test_core.py"].replace(
+    "class CoreTest", '@unittest.skip("later")\nclass CoreTest'
+)
+
+
+def _run(workspace, repository, turns: dict) -> Run:
+    submission = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Make the tests pass",
+        execution_mode="autonomous_pr",
+        model_options={"provider": "scripted", "script": turns},
+    )
+    return run_drive_inline(run_id=submission.run.id)
+
+
+def _never_pushed(run: Run, sample_repo) -> None:
+    assert run.status != Run.Status.COMPLETED
+    assert not PullRequest.objects.filter(task=run.task).exists()
+    assert branches(sample_repo) == ["refs/heads/main"]
+
+
+def test_a_shadowed_unittest_that_prints_ok_is_not_what_verification_runs(
+    workspace, repository, sample_repo, settings
+):
+    settings.TESTS_MODIFIED_REQUIRES_APPROVAL = False
+    turns = script(
+        write("unittest/__init__.py", ""), write("unittest/__main__.py", FAKE_UNITTEST_MAIN)
+    )
+
+    run = _run(workspace, repository, turns)
+
+    _never_pushed(run, sample_repo)
+    first = run.verifications.order_by("patch__attempt_no").first()
+    assert first.outcome == VerificationAttempt.Outcome.TEST_FAILURE
+    assert {c["path"] for c in first.test_report["steering"]} == {
+        "unittest/__init__.py",
+        "unittest/__main__.py",
+    }
+    assert first.test_report["counts"] == {"ran": 2, "passed": 1, "failed": 1}
+    feedback = run.events.filter(type="agent.feedback.sent").first()
+    assert "unittest/__main__.py" in feedback.data["summary"] or "unittest" in first.summary
+    assert "shadows the module 'unittest'" in first.summary
+    # The base commit's tests ran once for the whole run, however often it verified.
+    assert Artifact.objects.filter(run=run, name="verification base").count() == 1
+    assert run.verifications.count() >= 2
+
+
+def test_a_shadowed_runner_beside_a_real_fix_waits_for_a_human_even_in_autonomous_mode(
+    workspace, repository, sample_repo, settings
+):
+    settings.TESTS_MODIFIED_REQUIRES_APPROVAL = False
+    turns = script(
+        fix(), write("unittest/__init__.py", ""), write("unittest/__main__.py", FAKE_UNITTEST_MAIN)
+    )
+
+    run = _run(workspace, repository, turns)
+
+    assert run.status == Run.Status.AWAITING_APPROVAL, (run.failure_reason, run.failure_detail)
+    verification = run.verifications.get()
+    assert verification.outcome == VerificationAttempt.Outcome.PASSED
+    finding = next(
+        f
+        for f in JudgeAttempt.objects.get(run=run, judge="rules").findings
+        if f["rule"] == "test_configuration"
+    )
+    assert finding["severity"] == "approval"
+    assert {f["path"] for f in finding["files"]} == {"unittest/__init__.py", "unittest/__main__.py"}
+    assert run.events.get(type="agent.approval.requested").data["reason"] == "test_configuration"
+    assert Approval.objects.filter(run=run, status=Approval.Status.PENDING).exists()
+    _never_pushed(run, sample_repo)
+
+
+def test_skipping_the_tests_is_fewer_tests_than_the_base_commit_not_a_pass(
+    workspace, repository, sample_repo, settings
+):
+    settings.TESTS_MODIFIED_REQUIRES_APPROVAL = False
+    run = _run(workspace, repository, script(write("tests/test_core.py", SKIPPED_TESTS)))
+
+    _never_pushed(run, sample_repo)
+    first = run.verifications.order_by("patch__attempt_no").first()
+    assert first.outcome == VerificationAttempt.Outcome.FEWER_TESTS
+    assert first.exit_code == 0
+    assert first.test_report["counts"]["ran"] == 0
+    assert first.test_report["baseline"] == {"ran": 2, "passed": 1, "failed": 1}
+    feedback = run.events.filter(type="agent.feedback.sent").first()
+    assert feedback.data["reason"] == "verification_fewer_tests"
+    assert "fewer tests ran than on the base commit: 0 of 2" in first.summary
