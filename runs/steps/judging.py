@@ -17,7 +17,7 @@ from runs.agent.judge import (
     verdict_combine,
 )
 from runs.agent.sandbox import SandboxError
-from runs.agent.steering import patch_steering_changes
+from runs.agent.steering import patch_steering_changes, runner_tampering
 from runs.agent.turns import turn_obtain
 from runs.agent.workspace import platform_repository
 from runs.engine import Outcome, StepContext, StepFailed
@@ -45,7 +45,8 @@ def _model_judge(ctx: StepContext, diff_text: str) -> Verdict | None:
 
 
 def _steering(ctx: StepContext, diff_text: str, files: list[str]) -> list[dict[str, str]]:
-    """The patch's files that can change how tests are found or run (runs.agent.steering)."""
+    """The patch's files that can change how tests are found or run, and those whose
+    added lines reach into the test runner (runs.agent.steering)."""
     try:
         _, changes = patch_steering_changes(
             git_dir=platform_repository(ctx.run),
@@ -56,6 +57,8 @@ def _steering(ctx: StepContext, diff_text: str, files: list[str]) -> list[dict[s
         )
     except SandboxError as exc:
         raise StepFailed("sandbox_error", str(exc)) from exc
+    named = {change.path for change in changes}
+    changes += [c for c in runner_tampering(diff_text) if c.path not in named]
     return [change.as_dict() for change in changes]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runs.agent.judge import judge_rules
-from runs.agent.steering import steering_changes
+from runs.agent.steering import runner_tampering, steering_changes
 
 pytestmark = pytest.mark.no_services
 
@@ -168,3 +168,45 @@ def test_the_judge_makes_steering_a_finding_that_waits_for_approval_not_a_refusa
     assert {"rule": "test_configuration", "severity": "approval", "files": files} in (
         verdict.findings
     )
+
+
+def _added(path: str, *lines: str) -> str:
+    body = "".join(f"+{line}\n" for line in lines)
+    return (
+        f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
+        f"@@ -0,0 +1,{len(lines)} @@\n{body}"
+    )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "os._exit(0)",
+        "unittest.TestCase.run = lambda self, result=None: None",
+        "setattr(unittest.TestResult, 'wasSuccessful', lambda self: True)",
+        "sys.modules['calc'] = FakeCalc()",
+        "pytest_plugins = ['evil']",
+        "def pytest_collection_modifyitems(items):",
+        'print("Ran 2 tests in 0.001s")',
+        'sys.stdout.write("2 passed in 0.01s")',
+    ],
+)
+def test_added_lines_that_reach_into_the_runner_are_found(line):
+    found = runner_tampering(_added("tests/test_new.py", "import os", line))
+    assert [(c.path, c.kind) for c in found] == [("tests/test_new.py", "runner_tampering")]
+
+
+def test_ordinary_test_code_is_not_tampering():
+    diff = _added(
+        "tests/test_new.py",
+        "import sys",
+        "import pytest",
+        "def pytest_generate_tests(metafunc):",
+        "    assert sys.modules['calc'] is not None",
+        "    assert unittest.TestCase.run == run",
+    )
+    assert runner_tampering(diff) == []
+
+
+def test_a_link_without_a_suffix_named_like_the_runner_is_found():
+    assert _changes({"unittest": "calc/fake"}) == {"unittest": "shadows_module"}

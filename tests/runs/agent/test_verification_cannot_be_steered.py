@@ -102,3 +102,33 @@ def test_skipping_the_tests_is_fewer_tests_than_the_base_commit_not_a_pass(
     feedback = run.events.filter(type="agent.feedback.sent").first()
     assert feedback.data["reason"] == "verification_fewer_tests"
     assert "fewer tests ran than on the base commit: 0 of 2" in first.summary
+
+
+EXIT_WITH_A_MADE_UP_SUMMARY = (
+    "import os\nimport sys\n\n"
+    'sys.stderr.write("..\\n' + "-" * 70 + '\\nRan 2 tests in 0.001s\\n\\nOK\\n")\n'
+    "sys.stderr.flush()\n"
+    "os._exit(0)\n"
+)
+
+
+def test_a_new_test_module_that_ends_the_run_with_a_made_up_summary_waits_for_a_human(
+    workspace, repository, sample_repo, settings
+):
+    """Test code runs inside the runner, so it can print anything; what verification
+    cannot undo, the judge reports, and a human decides."""
+    settings.TESTS_MODIFIED_REQUIRES_APPROVAL = False
+    turns = script(write("tests/test_zz_fast.py", EXIT_WITH_A_MADE_UP_SUMMARY))
+
+    run = _run(workspace, repository, turns)
+
+    assert run.status == Run.Status.AWAITING_APPROVAL, (run.failure_reason, run.failure_detail)
+    finding = next(
+        f
+        for f in JudgeAttempt.objects.get(run=run, judge="rules").findings
+        if f["rule"] == "test_configuration"
+    )
+    assert [(f["path"], f["kind"]) for f in finding["files"]] == [
+        ("tests/test_zz_fast.py", "runner_tampering")
+    ]
+    _never_pushed(run, sample_repo)
