@@ -143,11 +143,11 @@ def _test_sections_differ(name: str, base: str | None, patched: str | None) -> b
     except (ValueError, configparser.Error, tomllib.TOMLDecodeError):
         # A file its runner cannot read either way is as good as changed.
         return True
-    empty = (None, {}, [])
     if base is None or patched is None:
+        # Added or deleted: it matters only if it has test sections at all.
         present = after if base is None else before
         values = present.values() if isinstance(present, dict) else [present]
-        return any(value not in empty for value in values)
+        return any(value not in (None, {}, []) for value in values)
     return bool(before != after)
 
 
