@@ -150,6 +150,8 @@ def _verify(ctx: StepContext, patch: Patch, data: dict[str, Any]) -> Verificatio
     counts = _counts(result)
     base_counts = SuiteCounts(**baseline["counts"]) if baseline["counts"] else None
     shortfall = baseline_shortfall(base=base_counts, patched=counts)
+    if shortfall and counts is None and result.truncated:
+        shortfall += "; the output was longer than the limit and its end, the summary, was cut"
     if shortfall and outcome == Result.PASSED:
         outcome = Result.FEWER_TESTS
     report = {
