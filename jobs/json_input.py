@@ -15,6 +15,11 @@ import math
 import re
 from typing import Any
 
+from django import forms
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.forms.fields import InvalidJSONInput
+
 # A JSON string: the quotes and everything between them (escapes included).
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
@@ -104,3 +109,29 @@ def json_parse(data: bytes | str, *, max_depth: int) -> Any:
         raise
     except (ValueError, RecursionError) as exc:
         raise JSONInputError("malformed_json", f"the body is not valid JSON: {exc}") from exc
+
+
+class BoundedJSONFormField(forms.JSONField):
+    """Django's form ``JSONField`` (the admin's) reading through ``json_parse``: bad
+    JSON is a form error, never a RecursionError or a refused database write."""
+
+    def _refusal(self, value: Any) -> JSONInputError | None:
+        if self.disabled or not isinstance(value, str) or value in self.empty_values:
+            return None
+        try:
+            json_parse(value, max_depth=settings.JSON_MAX_DEPTH)
+        except JSONInputError as exc:
+            return exc
+        return None
+
+    def to_python(self, value: Any) -> Any:
+        refused = self._refusal(value)
+        if refused is not None:
+            raise ValidationError(refused.detail, code=refused.code)
+        return super().to_python(value)
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        # The form shows what was sent again; Django's own would parse it unguarded.
+        if self._refusal(data) is not None:
+            return InvalidJSONInput(data)
+        return super().bound_data(data, initial)
