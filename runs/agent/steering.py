@@ -155,7 +155,16 @@ def _matches(name: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
-def _shadowed_module(path: str, base_paths: set[str], patched_paths: set[str]) -> str | None:
+def _locations(paths: set[str]) -> set[str]:
+    """Every path and every directory above one."""
+    found: set[str] = set()
+    for path in paths:
+        parts = path.split("/")
+        found.update("/".join(parts[: index + 1]) for index in range(len(parts)))
+    return found
+
+
+def _shadowed_module(path: str, base_locations: set[str], patched_paths: set[str]) -> str | None:
     """The standard-library or test-runner module ``path`` makes importable under that
     name, if any: the component right below the root, below a directory that is not a
     package, or below a test directory."""
@@ -176,10 +185,9 @@ def _shadowed_module(path: str, base_paths: set[str], patched_paths: set[str]) -
         if name.startswith("__") or name not in SHADOWABLE:
             continue
         where = "/".join(parts[: index + 1])
-        existed = any(p == where or p.startswith(f"{where}/") for p in base_paths)
         # The repository's own module of that name is its business; a new one, or any
         # change to a module named like a test runner, is not.
-        if not existed or name in RUNNER_MODULES:
+        if where not in base_locations or name in RUNNER_MODULES:
             return name
     return None
 
@@ -204,6 +212,7 @@ def steering_changes(
     """Every changed file (added, modified or deleted) that can change how the tests
     are found or run, with why."""
     command_files = _command_files(test_command)
+    base_locations = _locations(base_paths)
     found: list[SteeringChange] = []
     for path in changed:
         name = path.rsplit("/", 1)[-1]
@@ -218,7 +227,7 @@ def steering_changes(
                 sections = SECTIONED_FILES[name][1]
                 found.append(SteeringChange(path, "runner_config", f"changes {sections}"))
         elif path in patched_paths:
-            module = _shadowed_module(path, base_paths, patched_paths)
+            module = _shadowed_module(path, base_locations, patched_paths)
             if module:
                 found.append(
                     SteeringChange(path, "shadows_module", f"shadows the module {module!r}")
