@@ -1,14 +1,27 @@
-"""A patch cannot fake its own verification: a module shadowing the test runner, a
-package that makes the runner find nothing, through a real run on the scripted model."""
+"""A patch cannot fake its own verification: a module shadowing the test runner,
+skipped tests, a test module that ends the run with a made-up summary; real runs on the
+scripted model (and one over the API on a real worker)."""
 
 from __future__ import annotations
 
 import pytest
+from rest_framework.test import APIClient
 
 from runs import demo
 from runs.engine import run_drive_inline
-from runs.models import Approval, Artifact, JudgeAttempt, PullRequest, Run, VerificationAttempt
+from runs.models import (
+    Approval,
+    Artifact,
+    JudgeAttempt,
+    Membership,
+    PullRequest,
+    Run,
+    VerificationAttempt,
+)
 from runs.services import task_submit
+from runs.state import TERMINAL
+from tests.conftest import wait_for
+from tests.factories import UserFactory
 from tests.runs.agent.steering_scripts import FAKE_UNITTEST_MAIN, branches, fix, script, write
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -131,4 +144,42 @@ def test_a_new_test_module_that_ends_the_run_with_a_made_up_summary_waits_for_a_
     assert [(f["path"], f["kind"]) for f in finding["files"]] == [
         ("tests/test_zz_fast.py", "runner_tampering")
     ]
+    _never_pushed(run, sample_repo)
+
+
+@pytest.mark.slow
+def test_the_shadowed_unittest_submitted_through_the_api_fails_on_a_real_worker(
+    workspace, repository, sample_repo, start_worker, settings
+):
+    """The attack as the issue reported it: a task submitted over the API, run by a real
+    worker process (verify queue included), the runner shadowed; nothing is pushed."""
+    user = UserFactory()
+    Membership.objects.create(workspace=workspace, user=user, role="member")
+    api = APIClient()
+    api.force_authenticate(user)
+    start_worker()
+    turns = script(
+        write("unittest/__init__.py", ""), write("unittest/__main__.py", FAKE_UNITTEST_MAIN)
+    )
+
+    response = api.post(
+        "/api/tasks/",
+        {
+            "repository": repository.pk,
+            "instruction": "Make the tests pass",
+            "execution_mode": "autonomous_pr",
+            "model_options": {"provider": "scripted", "script": turns},
+        },
+        format="json",
+    )
+    assert response.status_code == 202, response.json()
+    run = Run.objects.get(pk=response.json()["run_id"])
+
+    def ended() -> Run | None:
+        run.refresh_from_db()
+        return run if run.status in TERMINAL else None
+
+    wait_for(ended, timeout=120, message="the run to end")
+    assert run.status == Run.Status.FAILED
+    assert run.verifications.filter(outcome="passed").count() == 0
     _never_pushed(run, sample_repo)
