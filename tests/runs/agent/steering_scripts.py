@@ -7,6 +7,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runs import demo
 
 FAKE_UNITTEST_MAIN = (
@@ -40,8 +42,6 @@ def script(*turns: dict[str, Any]) -> dict[str, Any]:
 
 
 def vendored_pytest() -> dict[str, str]:
-    import pytest
-
     site = Path(pytest.__file__).resolve().parent.parent
     files: dict[str, str] = {}
     for name in PYTEST_PACKAGES:
