@@ -514,7 +514,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["agentplatform.api.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["agentplatform.api.parsers.JSONParser"],
     "DEFAULT_THROTTLE_CLASSES": [
         "agentplatform.api.throttling.AnonRateThrottle",
         "agentplatform.api.throttling.UserRateThrottle",
@@ -550,6 +550,12 @@ SPECTACULAR_SETTINGS = {
 # API request bodies above this answer 413 (problem details); Django's own cap for
 # other requests (admin forms) is set to match.
 API_MAX_BODY_BYTES = _env_value("API_MAX_BODY_BYTES", int, 1024 * 1024)
+# JSON from outside (API bodies, webhook deliveries) nesting deeper than this answers 400
+# (jobs.json_input). The parser recurses per level, so the ceiling stays far below
+# Python's recursion limit.
+JSON_MAX_DEPTH = _env_value("JSON_MAX_DEPTH", int, 64)
+if not 1 <= JSON_MAX_DEPTH <= 256:
+    raise ImproperlyConfigured(f"Invalid value for JSON_MAX_DEPTH: {JSON_MAX_DEPTH} (1 to 256)")
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 2_621_440)
 # Rates are "<n>/<second|minute|hour|day>"; empty disables that throttle.
 API_THROTTLE_USER_RATE = _env_value("API_THROTTLE_USER_RATE", str, "1200/minute")

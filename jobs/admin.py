@@ -29,6 +29,7 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from jobs.ids import id_fragment_q
+from jobs.json_input import BoundedJSONFormField
 from jobs.models import (
     DeadLetter,
     EventSubscription,
@@ -161,6 +162,11 @@ class OperatorAdmin(admin.ModelAdmin):
     # Facet counts run one COUNT per filter choice over the whole table.
     show_facets = admin.ShowFacets.NEVER
     list_per_page = 50
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if isinstance(db_field, models.JSONField):
+            kwargs.setdefault("form_class", BoundedJSONFormField)
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return super().has_module_permission(request) or is_operator(request.user)

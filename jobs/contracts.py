@@ -66,6 +66,10 @@ _VERIFY_RESULT = {
     "exit_code": {"type": ["integer", "null"]},
     "duration_ms": {"type": ["integer", "null"]},
     "log_artifact_id": NULLABLE_STR,
+    # {"ran", "passed", "failed"} as the runner reported them, for the patch and for the
+    # base commit's run of the same command (null: the output said no count).
+    "tests": {"type": ["object", "null"]},
+    "baseline": {"type": ["object", "null"]},
 }
 _PR = {"number": {"type": ["integer", "null"]}, "url": STR}
 

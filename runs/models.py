@@ -611,6 +611,8 @@ class VerificationAttempt(models.Model):
         COMPILE_ERROR = "compile_error"
         TIMEOUT = "timeout"
         ERRORED = "errored"
+        # The command succeeded, but fewer tests ran or passed than on the base commit.
+        FEWER_TESTS = "fewer_tests"
 
     run = models.ForeignKey(
         Run, on_delete=models.CASCADE, related_name="verifications", db_index=False
@@ -625,6 +627,9 @@ class VerificationAttempt(models.Model):
     log_artifact = models.ForeignKey(
         Artifact, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The counts this run and the base commit's run reported ({"counts", "baseline"}),
+    # and the patch's files verification took from the base commit ("steering").
+    test_report = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

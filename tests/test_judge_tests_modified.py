@@ -89,8 +89,11 @@ def _weakening_script() -> dict:
                         "name": "write_file",
                         "arguments": {
                             "path": "tests/test_core.py",
+                            # Both tests stay (fewer tests than the base is a
+                            # verification failure); one no longer asserts anything.
                             "content": "import unittest\n\n\nclass CoreTest(unittest.TestCase):\n"
-                            "    def test_add(self):\n        pass\n",
+                            "    def test_add(self):\n        pass\n\n"
+                            "    def test_multiply(self):\n        pass\n",
                         },
                     }
                 ]

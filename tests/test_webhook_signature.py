@@ -164,7 +164,7 @@ def test_a_signed_body_that_cannot_be_parsed_is_a_clear_400(client):
     body = b"[" * 200_000 + b"]" * 200_000
     response = github_post(client, body, "issues")
     assert response.status_code == 400
-    assert response.json()["error"] == "malformed_payload"
+    assert response.json()["error"] == "json_too_deep"
 
 
 @pytest.mark.parametrize(("token", "reason"), [(None, "missing"), ("wrong", "mismatch")])

@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from jobs import tracing
 from jobs.db_rows import cursor_prepared
+from jobs.json_input import JSONInputError, json_parse
 from jobs.models import WorkItem
 from runs.models import Repository
 from webhooks import metrics
@@ -82,9 +83,12 @@ def payload_parse(*, body: bytes, content_type: str) -> tuple[dict[str, Any], st
             if "payload" not in fields:
                 raise IntakeRefused(400, "malformed_payload", "form body has no payload field")
             text = fields["payload"][0]
-        payload = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        payload = json_parse(text, max_depth=settings.JSON_MAX_DEPTH)
+    except UnicodeDecodeError as exc:
         raise IntakeRefused(400, "malformed_payload", f"body is not valid JSON: {exc}") from exc
+    except JSONInputError as exc:
+        code = "malformed_payload" if exc.code == "malformed_json" else exc.code
+        raise IntakeRefused(400, code, exc.detail) from exc
     if not isinstance(payload, dict):
         raise IntakeRefused(400, "malformed_payload", "payload must be a JSON object")
     return payload, text

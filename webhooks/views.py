@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
@@ -16,11 +17,22 @@ from webhooks.logs import log
 Intake = Callable[..., intake.IntakeResult]
 
 
-def _refusal(provider: str, refused: intake.IntakeRefused) -> JsonResponse:
+def _refusal(provider: str, refused: intake.IntakeRefused, path: str) -> JsonResponse:
+    """An RFC 9457 problem, as the API answers (the same ``urn:agentplatform:problem:``
+    types); ``error`` repeats the code for clients written before."""
     if refused.status != 401:  # signature refusals are counted by intake already
         metrics.deliveries.labels(provider=provider, result=refused.code).inc()
         log.info("webhook.refused", provider=provider, code=refused.code, status=refused.status)
-    return JsonResponse({"error": refused.code, "detail": refused.detail}, status=refused.status)
+    body = {
+        "type": f"urn:agentplatform:problem:{refused.code}",
+        "title": HTTPStatus(refused.status).phrase,
+        "status": refused.status,
+        "detail": refused.detail,
+        "code": refused.code,
+        "instance": path,
+        "error": refused.code,
+    }
+    return JsonResponse(body, status=refused.status, content_type="application/problem+json")
 
 
 def _body_read(request: HttpRequest) -> bytes:
@@ -54,7 +66,7 @@ def _receive(
             body=body, headers=request.headers, started=started, repository_id=repository_id
         )
     except intake.IntakeRefused as refused:
-        return _refusal(provider, refused)
+        return _refusal(provider, refused, request.path)
     metrics.intake_seconds.labels(provider=provider).observe(time.monotonic() - started)
     if result.duplicate:
         return JsonResponse({"status": "duplicate", "receipt_id": result.receipt_id}, status=200)

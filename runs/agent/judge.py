@@ -100,9 +100,16 @@ def judge_rules(
     forbidden_paths: list[str],
     scope: list[str] | None = None,
     max_diff_lines: int = DEFAULT_MAX_DIFF_LINES,
+    steering: list[dict[str, str]] | None = None,
 ) -> Verdict:
-    """Deterministic checks; any block finding blocks, any revise finding asks for rework."""
+    """Deterministic checks; any block finding blocks, any revise finding asks for rework.
+
+    ``steering``: the patch's files that can change how tests are found or run
+    (runs.agent.steering); they become a ``test_configuration`` finding of severity
+    ``approval``: the patch is not refused, but a human always decides."""
     findings: list[dict[str, Any]] = []
+    if steering:
+        findings.append({"rule": "test_configuration", "severity": "approval", "files": steering})
     for path in files:
         pattern = path_is_forbidden(path, forbidden_paths)
         if pattern:

@@ -297,9 +297,8 @@ def tree_build(*, git_dir: Path, workdir: Path, base: str) -> tuple[str, Diff]:
     return tree, Diff(text=text, files=files, added=added, removed=removed)
 
 
-def patch_commit(*, git_dir: Path, base: str, diff: str, message: str) -> tuple[str, Diff]:
-    """A commit of ``base`` plus ``diff`` and the diff of that commit, made again from the
-    commit itself: the caller compares its hash with the verified patch's."""
+def patch_tree(*, git_dir: Path, base: str, diff: str) -> str:
+    """The tree of ``base`` plus ``diff``, built in the platform repository."""
     with tempfile.TemporaryDirectory(prefix="index-", dir=git_dir) as scratch:
         index = Path(scratch) / "index"
         git("read-tree", base, git_dir=git_dir, index=index)
@@ -314,7 +313,46 @@ def patch_commit(*, git_dir: Path, base: str, diff: str, message: str) -> tuple[
                 index=index,
                 stdin=diff.encode("utf-8"),
             )
-        tree = git("write-tree", git_dir=git_dir, index=index).strip()
+        return git("write-tree", git_dir=git_dir, index=index).strip()
+
+
+def tree_paths(git_dir: Path, treeish: str) -> set[str]:
+    """Every file path in ``treeish`` (links included, directories not)."""
+    listing = git("ls-tree", "-r", "-z", "--name-only", treeish, git_dir=git_dir)
+    return {path for path in listing.split("\0") if path}
+
+
+def tree_file(git_dir: Path, treeish: str, path: str) -> str | None:
+    """The text of ``path`` in ``treeish`` (None when it is not there)."""
+    completed = git_run("cat-file", "blob", f"{treeish}:{path}", git_dir=git_dir)
+    if completed.returncode != 0:
+        return None
+    return completed.stdout.decode("utf-8", "replace")
+
+
+def tree_diff(git_dir: Path, base: str, tree: str, *, leave_out: list[str]) -> str:
+    """The diff from ``base`` to ``tree`` without the files ``leave_out`` names: those
+    stay as ``base`` has them when the diff is applied."""
+    pathspecs = [f":(exclude,literal){path}" for path in leave_out]
+    return git(
+        "diff",
+        "--binary",
+        "--full-index",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-renames",
+        base,
+        tree,
+        "--",
+        *pathspecs,
+        git_dir=git_dir,
+    )
+
+
+def patch_commit(*, git_dir: Path, base: str, diff: str, message: str) -> tuple[str, Diff]:
+    """A commit of ``base`` plus ``diff`` and the diff of that commit, made again from the
+    commit itself: the caller compares its hash with the verified patch's."""
+    tree = patch_tree(git_dir=git_dir, base=base, diff=diff)
     commit = git("commit-tree", tree, "-p", base, "-m", message, git_dir=git_dir).strip()
     files, added, removed = _numstat(git_dir, base, commit)
     text = _diff_text(git_dir, base, commit) if files else ""

@@ -15,7 +15,14 @@ from runs.agent.platform_git import Diff
 from runs.agent.sandbox import LocalSandbox, run_workdirs_remove, sandbox_for_run
 from runs.models import Run
 
-__all__ = ["Diff", "workspace_clone", "workspace_diff", "workspace_ensure", "workspace_restore"]
+__all__ = [
+    "Diff",
+    "workspace_clone",
+    "workspace_diff",
+    "workspace_ensure",
+    "workspace_restore",
+    "workspace_scratch",
+]
 
 
 def platform_repository(run: Run) -> Path:
@@ -72,6 +79,24 @@ def workspace_ensure(*, run: Run, attempt: int, diff: str | None = None) -> Loca
     try:
         platform_git.worktree_create(
             git_dir=git_dir, workdir=sandbox.path, commit=run.base_commit, diff=diff or ""
+        )
+    except BaseException:
+        sandbox.remove()
+        raise
+    return sandbox
+
+
+def workspace_scratch(*, run: Run, name: str, diff: str = "") -> LocalSandbox:
+    """A fresh copy of the base commit plus ``diff`` for one command of the platform's
+    (the verifier's), apart from the agent's working copy: nothing the agent's commands
+    left there, ignored files included, is in it."""
+    git_dir = platform_repository(run)
+    sandbox = LocalSandbox(f"run-{run.id}-{name}")
+    sandbox.git_dir = git_dir
+    sandbox.create()
+    try:
+        platform_git.worktree_create(
+            git_dir=git_dir, workdir=sandbox.path, commit=run.base_commit, diff=diff
         )
     except BaseException:
         sandbox.remove()

@@ -16,7 +16,10 @@ from runs.agent.judge import (
     judge_rules,
     verdict_combine,
 )
+from runs.agent.sandbox import SandboxError
+from runs.agent.steering import patch_steering_changes, runner_tampering
 from runs.agent.turns import turn_obtain
+from runs.agent.workspace import platform_repository
 from runs.engine import Outcome, StepContext, StepFailed
 from runs.models import Approval, JudgeAttempt, Patch
 from runs.steps.common import S, _retry_with_feedback
@@ -41,6 +44,24 @@ def _model_judge(ctx: StepContext, diff_text: str) -> Verdict | None:
     return judge_model_parse(reply.content)
 
 
+def _steering(ctx: StepContext, diff_text: str, files: list[str]) -> list[dict[str, str]]:
+    """The patch's files that can change how tests are found or run, and those whose
+    added lines reach into the test runner (runs.agent.steering)."""
+    try:
+        _, changes = patch_steering_changes(
+            git_dir=platform_repository(ctx.run),
+            base=ctx.run.base_commit,
+            diff=diff_text,
+            files=files,
+            test_command=ctx.repository.test_command,
+        )
+    except SandboxError as exc:
+        raise StepFailed("sandbox_error", str(exc)) from exc
+    named = {change.path for change in changes}
+    changes += [c for c in runner_tampering(diff_text) if c.path not in named]
+    return [change.as_dict() for change in changes]
+
+
 def step_judging(ctx: StepContext) -> Outcome:
     """Rule checks on the patch, then the optional model judge; the worst verdict wins."""
     patch = Patch.objects.select_related("diff_artifact").get(pk=ctx.checkpoint["patch_id"])
@@ -55,6 +76,7 @@ def step_judging(ctx: StepContext) -> Outcome:
         forbidden_paths=list(ctx.repository.forbidden_paths),
         scope=ctx.task.model_options.get("scope"),
         max_diff_lines=int(ctx.task.model_options.get("max_diff_lines", DEFAULT_MAX_DIFF_LINES)),
+        steering=_steering(ctx, diff_text, list(patch.files_changed)),
     )
     verdicts = [("rules", rules)]
     if rules.verdict != "block":
@@ -97,9 +119,12 @@ def step_judging(ctx: StepContext) -> Outcome:
             feedback=f"A reviewer asks for changes: {json.dumps(worst.findings)}",
         )
     flagged_tests = any(f.get("rule") == "tests_modified" for f in worst.findings)
+    # Whatever the mode: what the patch does to its own verification is for a human.
+    steered = any(f.get("severity") == "approval" for f in worst.findings)
     if (
         ctx.task.execution_mode == "supervised_pr"
         or ctx.task.risk_level == "high"
+        or steered
         or (flagged_tests and settings.TESTS_MODIFIED_REQUIRES_APPROVAL)
     ):
         expires = timezone.now() + timedelta(seconds=settings.APPROVAL_TTL_SECONDS)
@@ -118,7 +143,13 @@ def step_judging(ctx: StepContext) -> Outcome:
                 "patch_id": patch.id,
                 "patch_sha256": patch.diff_sha256,
                 "expires_at": expires.isoformat(),
-                "reason": "tests_modified" if flagged_tests else "policy",
+                "reason": (
+                    "test_configuration"
+                    if steered
+                    else "tests_modified"
+                    if flagged_tests
+                    else "policy"
+                ),
             },
         )
         return Outcome(to=S.AWAITING_APPROVAL, wait=True)
