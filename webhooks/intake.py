@@ -18,7 +18,6 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import structlog
-from django.conf import settings
 from django.db import IntegrityError
 from django.utils import timezone
 
@@ -101,33 +100,31 @@ def repository_external_id(provider: str, payload: Mapping[str, Any]) -> str:
 # --- secrets and signatures -----------------------------------------------------------------
 
 
-def _candidates(provider: str, repository_id: int | None) -> list[_Candidate]:
-    """The secrets that may have signed a delivery, chosen without reading its body.
+def _candidates(
+    provider: str, repository_id: int | None, payload: Mapping[str, Any] | None
+) -> list[_Candidate]:
+    """The secrets that may have signed a delivery: each repository's own.
 
-    On a repository's own URL (``/webhooks/<provider>/<id>/``) that is the repository's
-    secret, or the environment secret if it has none. On the shared URL it is the
-    environment secret alone: a repository with its own secret is reachable only
-    through its URL, so no body is parsed and no repository is looked up before a
-    signature matched.
+    On a repository's own URL (``/webhooks/<provider>/<id>/``) that is that repository's
+    secret, found without reading the body. On the shared URL it is the secret of every
+    repository of the provider that claims the payload's ``external_id``; a claim alone
+    proves nothing, so a delivery reaches only those whose secret signed it. An
+    installation-wide secret would prove only that the provider sent the delivery, not
+    which workspace owns the repository, so none is used.
     """
-    fallback = (
-        settings.GITHUB_WEBHOOK_SECRET if provider == GITHUB else settings.GITLAB_WEBHOOK_TOKEN
-    )
-    if repository_id is None:
-        return [_Candidate(secret=fallback)] if fallback else []
     other = GITLAB if provider == GITHUB else GITHUB
-    row = (
-        Repository.objects.filter(pk=repository_id)
-        .exclude(provider=other)
-        .values_list("pk", "webhook_secret")
-        .first()
-    )
-    if row is None:
-        return []
-    pk, secret = row
-    return (
-        [_Candidate(secret=secret or fallback, repository_ids=[pk])] if secret or fallback else []
-    )
+    rows = Repository.objects.exclude(provider=other).exclude(webhook_secret="")
+    if repository_id is not None:
+        rows = rows.filter(pk=repository_id)
+    else:
+        external_id = repository_external_id(provider, payload or {})
+        if not external_id:
+            return []
+        rows = rows.filter(external_id=external_id)
+    return [
+        _Candidate(secret=secret, repository_ids=[pk])
+        for pk, secret in rows.order_by("pk").values_list("pk", "webhook_secret")[:50]
+    ]
 
 
 def github_signature(*, secret: str, body: bytes) -> str:
@@ -140,8 +137,8 @@ def _signature_refused(provider: str, reason: str, detail: str) -> IntakeRefused
     return IntakeRefused(401, f"signature_{reason}", detail)
 
 
-def github_verify(*, body: bytes, signature: str, repository_id: int | None) -> list[int]:
-    """The repositories whose secret signed ``body``; raises 401 if none did."""
+def github_signature_check(signature: str) -> None:
+    """Refuse (401) a missing or malformed signature before the body is read."""
     if not signature:
         raise _signature_refused(GITHUB, "missing", "X-Hub-Signature-256 header is missing")
     prefix, _, digest = signature.partition("=")
@@ -149,33 +146,36 @@ def github_verify(*, body: bytes, signature: str, repository_id: int | None) -> 
         raise _signature_refused(
             GITHUB, "malformed", "X-Hub-Signature-256 must be sha256=<64 hex digits>"
         )
-    candidates = _candidates(GITHUB, repository_id)
+
+
+def github_verify(*, body: bytes, signature: str, candidates: list[_Candidate]) -> list[int]:
+    """The repositories whose own secret signed ``body``; raises 401 if none did."""
+    github_signature_check(signature)
     if not candidates:
-        raise _signature_refused(GITHUB, "no_secret", "no webhook secret is configured")
-    matched: _Candidate | None = None
+        raise _signature_refused(GITHUB, "no_secret", "no repository here has a webhook secret")
+    matched: list[int] = []
     for candidate in candidates:
         # Every candidate is compared, so timing does not tell which one matched.
         if hmac.compare_digest(github_signature(secret=candidate.secret, body=body), signature):
-            matched = matched or candidate
-    if matched is None:
+            matched.extend(candidate.repository_ids)
+    if not matched:
         raise _signature_refused(GITHUB, "mismatch", "signature does not match")
-    return matched.repository_ids
+    return matched
 
 
-def gitlab_verify(*, token: str, repository_id: int | None) -> list[int]:
-    """The repositories whose token is ``token``; raises 401 if none matches."""
+def gitlab_verify(*, token: str, candidates: list[_Candidate]) -> list[int]:
+    """The repositories whose own token is ``token``; raises 401 if none matches."""
     if not token:
         raise _signature_refused(GITLAB, "missing", "X-Gitlab-Token header is missing")
-    candidates = _candidates(GITLAB, repository_id)
     if not candidates:
-        raise _signature_refused(GITLAB, "no_secret", "no webhook token is configured")
-    matched: _Candidate | None = None
+        raise _signature_refused(GITLAB, "no_secret", "no repository here has a webhook token")
+    matched: list[int] = []
     for candidate in candidates:
         if hmac.compare_digest(candidate.secret.encode(), token.encode()):
-            matched = matched or candidate
-    if matched is None:
+            matched.extend(candidate.repository_ids)
+    if not matched:
         raise _signature_refused(GITLAB, "mismatch", "token does not match")
-    return matched.repository_ids
+    return matched
 
 
 # --- the receipt ------------------------------------------------------------------------------
@@ -243,8 +243,7 @@ _WORK_COLUMNS = (
     "created_at",
     "finished_at",
 )
-# The receipt, the repositories relying on the environment secret (shared URL) and the
-# receipt's work item in one statement: atomic on its own, one round trip. A repeated
+# The receipt and its work item in one statement: atomic on its own, one round trip. A repeated
 # delivery inserts nothing (the unique constraint); one racing it waits for it to commit.
 _RECEIPT_INSERT = f"""
 WITH receipt AS (
@@ -252,11 +251,7 @@ WITH receipt AS (
     VALUES (
         %(provider)s, %(delivery_id)s, %(hook_id)s, %(event)s, %(action)s,
         %(headers)s::jsonb, %(payload)s::jsonb,
-        CASE WHEN %(shared)s::text IS NULL THEN %(repository_ids)s::jsonb ELSE (
-            SELECT coalesce(jsonb_agg(id ORDER BY id), '[]'::jsonb)
-            FROM {Repository._meta.db_table}
-            WHERE external_id = %(shared)s AND webhook_secret = '' AND provider <> %(other)s
-        ) END,
+        %(repository_ids)s::jsonb,
         %(size_bytes)s, %(received)s, '', '', 0, %(now)s, %(intake_ms)s, NULL, 0, NULL
     )
     ON CONFLICT ON CONSTRAINT receipt_unique_delivery DO NOTHING
@@ -283,16 +278,14 @@ def webhook_receipt_record(
     payload: dict[str, Any],
     payload_text: str,
     repository_ids: list[int],
-    shared: bool,
     size_bytes: int,
     started: float,
 ) -> IntakeResult:
     """Insert the receipt and its work item, wake processing on commit; a repeat is a
     duplicate.
 
-    ``shared``: the delivery came to the shared URL and verified with the environment
-    secret; it belongs to the repositories with the payload's id that have no secret of
-    their own, looked up by the INSERT itself. Two identical deliveries racing each other
+    ``repository_ids``: the repositories whose own secret verified the delivery, the
+    only ones processing acts on. Two identical deliveries racing each other
     both try the INSERT; the unique constraint makes the second wait for the first to
     commit and then insert nothing, so exactly one receipt (and one processing message)
     exists per (provider, hook, delivery).
@@ -308,7 +301,6 @@ def webhook_receipt_record(
             else ""
         )
     )
-    external_id = repository_external_id(provider, payload) if shared else ""
     params = {
         "provider": provider,
         "delivery_id": delivery_id[:300],
@@ -319,9 +311,7 @@ def webhook_receipt_record(
         # processing continues it however late or often it runs.
         "headers": json.dumps({**headers_storable(headers), **tracing.traceparent_header()}),
         "payload": payload_text,
-        "shared": external_id or None,
-        "repository_ids": json.dumps([] if shared else repository_ids),
-        "other": GITLAB if provider == GITHUB else GITHUB,
+        "repository_ids": json.dumps(sorted(repository_ids)),
         "size_bytes": size_bytes,
         "received": WebhookReceipt.Status.RECEIVED,
         "now": timezone.now(),
@@ -360,6 +350,21 @@ def webhook_receipt_record(
     return IntakeResult(receipt_id=receipt_id, duplicate=False)
 
 
+def _parsed_and_candidates(
+    provider: str, *, body: bytes, content_type: str, repository_id: int | None
+) -> tuple[dict[str, Any] | None, str, list[_Candidate]]:
+    """The secrets to check, and the payload if it had to be read to find them.
+
+    A repository's own URL names the secret: the body is verified before it is parsed.
+    The shared URL must read the payload's repository first; parsing is bounded by the
+    size limit, and nothing is stored or routed before a repository's secret matched.
+    """
+    if repository_id is not None:
+        return None, "", _candidates(provider, repository_id, None)
+    payload, payload_text = payload_parse(body=body, content_type=content_type)
+    return payload, payload_text, _candidates(provider, None, payload)
+
+
 def github_intake(
     *,
     body: bytes,
@@ -369,10 +374,14 @@ def github_intake(
 ) -> IntakeResult:
     """Signature, parse, record: the GitHub delivery in ``body`` (size already checked)."""
     content_type = headers.get("Content-Type", "application/json")
-    repository_ids = github_verify(
-        body=body, signature=headers.get("X-Hub-Signature-256", ""), repository_id=repository_id
+    signature = headers.get("X-Hub-Signature-256", "")
+    github_signature_check(signature)
+    payload, payload_text, candidates = _parsed_and_candidates(
+        GITHUB, body=body, content_type=content_type, repository_id=repository_id
     )
-    payload, payload_text = payload_parse(body=body, content_type=content_type)
+    repository_ids = github_verify(body=body, signature=signature, candidates=candidates)
+    if payload is None:
+        payload, payload_text = payload_parse(body=body, content_type=content_type)
     event = headers.get("X-GitHub-Event", "")
     delivery_id = headers.get("X-GitHub-Delivery", "")
     if not event or not delivery_id:
@@ -388,7 +397,6 @@ def github_intake(
         payload=payload,
         payload_text=payload_text,
         repository_ids=repository_ids,
-        shared=repository_id is None,
         size_bytes=len(body),
         started=started,
     )
@@ -403,10 +411,15 @@ def gitlab_intake(
 ) -> IntakeResult:
     """Token, parse, record: the GitLab delivery in ``body`` (size already checked)."""
     content_type = headers.get("Content-Type", "application/json")
-    repository_ids = gitlab_verify(
-        token=headers.get("X-Gitlab-Token", ""), repository_id=repository_id
+    token = headers.get("X-Gitlab-Token", "")
+    if not token:
+        gitlab_verify(token=token, candidates=[])
+    payload, payload_text, candidates = _parsed_and_candidates(
+        GITLAB, body=body, content_type=content_type, repository_id=repository_id
     )
-    payload, payload_text = payload_parse(body=body, content_type=content_type)
+    repository_ids = gitlab_verify(token=token, candidates=candidates)
+    if payload is None:
+        payload, payload_text = payload_parse(body=body, content_type=content_type)
     event = headers.get("X-Gitlab-Event", "") or str(payload.get("object_kind") or "")
     # Idempotency-Key (GitLab 17.4+) survives retries and manual resends; older servers
     # only send the event UUID.
@@ -426,7 +439,6 @@ def gitlab_intake(
         payload=payload,
         payload_text=payload_text,
         repository_ids=repository_ids,
-        shared=repository_id is None,
         size_bytes=len(body),
         started=started,
     )

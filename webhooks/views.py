@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
@@ -20,7 +21,16 @@ def _refusal(provider: str, refused: intake.IntakeRefused) -> JsonResponse:
     if refused.status != 401:  # signature refusals are counted by intake already
         metrics.deliveries.labels(provider=provider, result=refused.code).inc()
         log.info("webhook.refused", provider=provider, code=refused.code, status=refused.status)
-    return JsonResponse({"error": refused.code, "detail": refused.detail}, status=refused.status)
+    # RFC 9457 problem details, as the API answers; ``error`` is the code's older name.
+    body = {
+        "type": f"urn:agentplatform:problem:{refused.code}",
+        "title": HTTPStatus(refused.status).phrase,
+        "status": refused.status,
+        "detail": refused.detail,
+        "code": refused.code,
+        "error": refused.code,
+    }
+    return JsonResponse(body, status=refused.status, content_type="application/problem+json")
 
 
 def _body_read(request: HttpRequest) -> bytes:
