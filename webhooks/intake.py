@@ -1,8 +1,9 @@
 """Webhook intake: verify, parse and record a delivery, then hand it to processing.
 
 Everything here runs inside the HTTP request and must stay cheap: a few hashes, one
-small query for the repository's secret (on a repository's own URL), one statement that
-records the receipt and its work item. The work happens in processing, woken once the
+small query for the secrets of the repositories the delivery may belong to, one
+statement that records the receipt and its work item. A delivery reaches only the
+repositories whose own secret signed it (DESIGN §9). The work happens in processing, woken once the
 receipt is committed.
 """
 
@@ -12,12 +13,13 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
 
 import structlog
+from django.conf import settings
 from django.db import IntegrityError
 from django.utils import timezone
 
@@ -148,34 +150,83 @@ def github_signature_check(signature: str) -> None:
         )
 
 
-def github_verify(*, body: bytes, signature: str, candidates: list[_Candidate]) -> list[int]:
-    """The repositories whose own secret signed ``body``; raises 401 if none did."""
-    github_signature_check(signature)
-    if not candidates:
-        raise _signature_refused(GITHUB, "no_secret", "no repository here has a webhook secret")
+Matches = Callable[[str], bool]
+
+
+def github_matches(*, body: bytes, signature: str) -> Matches:
+    return lambda secret: hmac.compare_digest(github_signature(secret=secret, body=body), signature)
+
+
+def gitlab_matches(*, token: str) -> Matches:
+    return lambda secret: hmac.compare_digest(secret.encode(), token.encode())
+
+
+def _verified(
+    provider: str, candidates: list[_Candidate], matches: Matches, *, tried: bool = False
+) -> list[int]:
+    """The repositories whose own secret signed the delivery; raises 401 if none did.
+
+    ``tried``: a secret (the installation's) was already compared and did not match.
+    """
+    if not candidates and not tried:
+        raise _signature_refused(provider, "no_secret", "no repository here has a webhook secret")
     matched: list[int] = []
     for candidate in candidates:
         # Every candidate is compared, so timing does not tell which one matched.
-        if hmac.compare_digest(github_signature(secret=candidate.secret, body=body), signature):
+        if matches(candidate.secret):
             matched.extend(candidate.repository_ids)
     if not matched:
-        raise _signature_refused(GITHUB, "mismatch", "signature does not match")
+        raise _signature_refused(provider, "mismatch", "signature does not match")
     return matched
 
 
-def gitlab_verify(*, token: str, candidates: list[_Candidate]) -> list[int]:
-    """The repositories whose own token is ``token``; raises 401 if none matches."""
-    if not token:
-        raise _signature_refused(GITLAB, "missing", "X-Gitlab-Token header is missing")
-    if not candidates:
-        raise _signature_refused(GITLAB, "no_secret", "no repository here has a webhook token")
-    matched: list[int] = []
-    for candidate in candidates:
-        if hmac.compare_digest(candidate.secret.encode(), token.encode()):
-            matched.extend(candidate.repository_ids)
-    if not matched:
-        raise _signature_refused(GITLAB, "mismatch", "token does not match")
-    return matched
+def _installation_verified(provider: str, matches: Matches) -> bool:
+    """Whether the installation-wide secret (``GITHUB_WEBHOOK_SECRET`` /
+    ``GITLAB_WEBHOOK_TOKEN``) signed a delivery to the shared URL.
+
+    It proves the provider sent the delivery, not which workspace owns the repository
+    it names (any workspace can claim an ``external_id``): such a delivery is recorded,
+    for the operator to see, and routed to no repository.
+    """
+    secret = _installation_secret(provider)
+    return bool(secret) and matches(secret)
+
+
+def _installation_secret(provider: str) -> str:
+    return str(
+        settings.GITHUB_WEBHOOK_SECRET if provider == GITHUB else settings.GITLAB_WEBHOOK_TOKEN
+    )
+
+
+def _verify_and_parse(
+    provider: str,
+    *,
+    body: bytes,
+    content_type: str,
+    repository_id: int | None,
+    matches: Matches,
+) -> tuple[dict[str, Any], str, list[int]]:
+    """The payload, its text and the repositories that proved they own the delivery.
+
+    A repository's own URL names the secret: the body is verified before it is parsed.
+    The shared URL must read the payload's repository first (unless the installation
+    secret signed it); parsing is bounded by the size limit, and nothing is stored or
+    routed before a secret matched.
+    """
+    if repository_id is not None:
+        repository_ids = _verified(provider, _candidates(provider, repository_id, None), matches)
+        return (*payload_parse(body=body, content_type=content_type), repository_ids)
+    if _installation_verified(provider, matches):
+        return (*payload_parse(body=body, content_type=content_type), [])
+    tried = bool(_installation_secret(provider))
+    try:
+        payload, payload_text = payload_parse(body=body, content_type=content_type)
+    except IntakeRefused:
+        # Nothing verified it, and it names no repository whose secret could: a bad
+        # signature, not a bad payload, is all an unauthenticated sender learns.
+        raise _signature_refused(provider, "mismatch", "signature does not match") from None
+    candidates = _candidates(provider, None, payload)
+    return payload, payload_text, _verified(provider, candidates, matches, tried=tried)
 
 
 # --- the receipt ------------------------------------------------------------------------------
@@ -350,21 +401,6 @@ def webhook_receipt_record(
     return IntakeResult(receipt_id=receipt_id, duplicate=False)
 
 
-def _parsed_and_candidates(
-    provider: str, *, body: bytes, content_type: str, repository_id: int | None
-) -> tuple[dict[str, Any] | None, str, list[_Candidate]]:
-    """The secrets to check, and the payload if it had to be read to find them.
-
-    A repository's own URL names the secret: the body is verified before it is parsed.
-    The shared URL must read the payload's repository first; parsing is bounded by the
-    size limit, and nothing is stored or routed before a repository's secret matched.
-    """
-    if repository_id is not None:
-        return None, "", _candidates(provider, repository_id, None)
-    payload, payload_text = payload_parse(body=body, content_type=content_type)
-    return payload, payload_text, _candidates(provider, None, payload)
-
-
 def github_intake(
     *,
     body: bytes,
@@ -376,12 +412,13 @@ def github_intake(
     content_type = headers.get("Content-Type", "application/json")
     signature = headers.get("X-Hub-Signature-256", "")
     github_signature_check(signature)
-    payload, payload_text, candidates = _parsed_and_candidates(
-        GITHUB, body=body, content_type=content_type, repository_id=repository_id
+    payload, payload_text, repository_ids = _verify_and_parse(
+        GITHUB,
+        body=body,
+        content_type=content_type,
+        repository_id=repository_id,
+        matches=github_matches(body=body, signature=signature),
     )
-    repository_ids = github_verify(body=body, signature=signature, candidates=candidates)
-    if payload is None:
-        payload, payload_text = payload_parse(body=body, content_type=content_type)
     event = headers.get("X-GitHub-Event", "")
     delivery_id = headers.get("X-GitHub-Delivery", "")
     if not event or not delivery_id:
@@ -413,13 +450,14 @@ def gitlab_intake(
     content_type = headers.get("Content-Type", "application/json")
     token = headers.get("X-Gitlab-Token", "")
     if not token:
-        gitlab_verify(token=token, candidates=[])
-    payload, payload_text, candidates = _parsed_and_candidates(
-        GITLAB, body=body, content_type=content_type, repository_id=repository_id
+        raise _signature_refused(GITLAB, "missing", "X-Gitlab-Token header is missing")
+    payload, payload_text, repository_ids = _verify_and_parse(
+        GITLAB,
+        body=body,
+        content_type=content_type,
+        repository_id=repository_id,
+        matches=gitlab_matches(token=token),
     )
-    repository_ids = gitlab_verify(token=token, candidates=candidates)
-    if payload is None:
-        payload, payload_text = payload_parse(body=body, content_type=content_type)
     event = headers.get("X-Gitlab-Event", "") or str(payload.get("object_kind") or "")
     # Idempotency-Key (GitLab 17.4+) survives retries and manual resends; older servers
     # only send the event UUID.

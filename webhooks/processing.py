@@ -103,7 +103,10 @@ def _combine(outcomes: Iterable[Outcome]) -> Outcome:
 
 def _for_each_repository(delivery: Delivery, act: Callable[[Repository], Outcome]) -> Outcome:
     if not delivery.repositories:
-        return Outcome.ignored(f"no repository mapped to {delivery.external_id or '(none)'}")
+        return Outcome.ignored(
+            f"no repository proved it owns {delivery.external_id or '(none)'}: a delivery acts "
+            "only on repositories whose own webhook secret signed it"
+        )
     return _combine(act(repository) for repository in delivery.repositories)
 
 
