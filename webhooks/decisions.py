@@ -44,6 +44,7 @@ class ReplyTo:
     """Where an answer to the comment goes: the issue, pull or merge request it is on."""
 
     repository_id: int
+    provider: str
     number: int | None
     merge_request: bool
     key: str
@@ -64,6 +65,7 @@ def comment_decide(
     *,
     run: Run,
     repository: Repository,
+    provider: str,
     verb: str,
     args: str,
     author: CommentAuthor,
@@ -72,7 +74,7 @@ def comment_decide(
     """Decide the run's pending approval as the comment's author; (done, reason)."""
     user = identity_user(
         workspace_id=repository.workspace_id,
-        provider=repository.provider,
+        provider=provider,
         external_user_id=author.external_user_id,
     )
     if user is None:
@@ -112,6 +114,7 @@ def _refused(reply: ReplyTo, verb: str, code: str, message: str) -> tuple[bool, 
             key=reply.key[:300],
             args={
                 "repository_id": reply.repository_id,
+                "provider": reply.provider,
                 "number": reply.number,
                 "merge_request": reply.merge_request,
                 "body": body,
@@ -120,13 +123,16 @@ def _refused(reply: ReplyTo, verb: str, code: str, message: str) -> tuple[bool, 
     return False, f"/agent {verb} refused: {code}"
 
 
-def webhook_reply_send(*, repository_id: int, number: int, merge_request: bool, body: str) -> str:
-    """Post the answer to a comment (the ``webhook.reply`` work item's handler)."""
+def webhook_reply_send(
+    *, repository_id: int, provider: str, number: int, merge_request: bool, body: str
+) -> str:
+    """Post the answer to a comment (the ``webhook.reply`` work item's handler), through
+    the client of the provider the comment came from."""
     repository = Repository.objects.filter(pk=repository_id).first()
     if repository is None:
         return "repository gone"
     try:
-        git_provider_for(repository.provider).comment_post(
+        git_provider_for(provider).comment_post(
             repository=repository, number=number, body=body, merge_request=merge_request
         )
     except GitProviderError as exc:

@@ -221,6 +221,7 @@ def _command_execute(*, delivery: Delivery, target: CommandTarget, args: str) ->
             done, reason = comment_decide(
                 run=run,
                 repository=target.repository,
+                provider=delivery.provider,
                 verb=verb,
                 args=rest,
                 author=target.author,
@@ -325,6 +326,7 @@ def github_issue_comment(delivery: Delivery) -> Outcome:
             ),
             reply=ReplyTo(
                 repository_id=repository.pk,
+                provider=GITHUB,
                 number=number if isinstance(number, int) else None,
                 merge_request=False,
                 key=f"github:comment:{full_name}:{comment.get('id')}",
@@ -670,6 +672,7 @@ def gitlab_note(delivery: Delivery) -> Outcome:
             ),
             reply=ReplyTo(
                 repository_id=repository.pk,
+                provider=GITLAB,
                 number=_gitlab_noteable_iid(noteable, mr, issue),
                 merge_request=noteable == "MergeRequest",
                 key=f"gitlab:note:{path}:{attrs.get('id')}",
