@@ -245,25 +245,24 @@ def test_a_labelled_gitlab_issue_leads_to_a_merge_request(
     from runs.engine import run_drive_inline
     from runs.models import PullRequest, Task
     from tests.factories import RepositoryFactory
-    from tests.test_webhook_support import GITLAB_TOKEN as HOOK_TOKEN
-    from tests.test_webhook_support import corpus, gitlab_post
+    from tests.test_webhook_support import REPOSITORY_SECRET, corpus, gitlab_post
     from webhooks.models import WebhookReceipt
     from webhooks.processing import webhook_receipt_process
 
     settings.GITLAB_API_URL = gitlab.url
     settings.GITLAB_TOKEN = TOKEN
-    settings.GITLAB_WEBHOOK_TOKEN = HOOK_TOKEN
     settings.WEBHOOK_TASK_MODEL_OPTIONS = {"provider": "scripted", "script": demo.fix_script()}
     RepositoryFactory(
         workspace=workspace,
         provider="gitlab",
         external_id="gitlabhq/gitlab-test",
         clone_url=str(sample_repo),
+        webhook_secret=REPOSITORY_SECRET,
     )
     issue = corpus("gitlab", "issue")
     issue["changes"]["labels"] = {"previous": [], "current": [{"title": "agent"}]}
 
-    assert gitlab_post(client, issue).status_code == 202
+    assert gitlab_post(client, issue, token=REPOSITORY_SECRET).status_code == 202
     for receipt in WebhookReceipt.objects.all():
         webhook_receipt_process(receipt_id=receipt.id)
     task = Task.objects.get(source="webhook")
