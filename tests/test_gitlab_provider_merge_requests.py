@@ -28,10 +28,12 @@ def driven_inline(monkeypatch):
 
 
 class FakeGitLab:
-    """Just enough of GitLab's API v4: list, create and update merge requests."""
+    """Just enough of GitLab's API v4: list, create and update merge requests; notes."""
 
     def __init__(self) -> None:
         self.merge_requests: list[dict[str, Any]] = []
+        # Notes posted, by (project, "issues" or "merge_requests", iid).
+        self.notes: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.tokens: list[str] = []
         # Create the merge request but answer 502, as a proxy losing the answer would.
@@ -80,6 +82,11 @@ class FakeGitLab:
         if parts[:3] != ["api", "v4", "projects"] or len(parts) < 5:
             return 404, {"message": "404 Not Found"}
         project = unquote(parts[3])
+        if method == "POST" and len(parts) == 7 and parts[6] == "notes" and "/" in project:
+            notes = self.notes.setdefault((project, parts[4], int(parts[5])), [])
+            note = {"id": 5000 + len(notes), "body": body.get("body", "")}
+            notes.append(note)
+            return 201, note
         if parts[4] != "merge_requests" or "/" not in project:
             return 404, {"message": "404 Project Not Found"}
         mine = [m for m in self.merge_requests if m["project"] == project]
