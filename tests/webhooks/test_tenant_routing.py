@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from rest_framework.test import APIClient
 
-from runs.models import Repository, Task
-from tests.factories import RepositoryFactory, WorkspaceFactory
+from runs.models import Membership, Repository, Task
+from tests.factories import RepositoryFactory, UserFactory, WorkspaceFactory
 from tests.test_webhook_support import GITHUB_SECRET, corpus, github_post, gitlab_post
 from webhooks.models import WebhookReceipt
 from webhooks.processing import webhook_receipt_process
@@ -70,6 +71,21 @@ def test_a_second_workspace_claiming_the_external_id_receives_nothing(client, ow
     assert Task.objects.filter(repository=owner).count() == 1
     assert not Task.objects.filter(workspace=squatter.workspace).exists()
     assert not Task.objects.filter(instruction__contains="Secret roadmap").exclude(repository=owner)
+    # Nor can the second workspace read the deliveries through the API.
+    assert _receipts_seen_by(squatter) == []
+    assert len(_receipts_seen_by(owner)) == 2
+
+
+def _receipts_seen_by(repository: Repository) -> list[dict[str, Any]]:
+    admin = UserFactory()
+    Membership.objects.create(workspace=repository.workspace, user=admin, role="admin")
+    api = APIClient()
+    api.force_authenticate(admin)
+    listed = api.get("/api/webhook-receipts/").json()["results"]
+    for receipt in WebhookReceipt.objects.all():
+        detail = api.get(f"/api/webhook-receipts/{receipt.pk}/")
+        assert detail.status_code == (200 if listed else 404)
+    return listed
 
 
 def test_the_installation_secret_routes_to_no_workspace(client, settings, owner):
