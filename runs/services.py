@@ -991,7 +991,7 @@ def _approval_decide(
     by: str,
     status: str,
     comment: str,
-    user: Any = None,
+    user: Any,
     patch_sha256: str | None = None,
     seen_at: Any = None,
 ) -> Approval:
@@ -1014,7 +1014,11 @@ def _approval_decide(
             and user is not None
             and requested_by_user(task=locked.task, user=user)
         )
-        if user is not None and not withdrawal:
+        if user is None:
+            # Every path (API, console, PR comment) decides as a platform user, so one
+            # policy holds for all of them.
+            raise ApprovalNotAllowed("approval_not_allowed", "a decision needs a platform user")
+        if not withdrawal:
             approval_permission_check(run=locked, user=user)
         _approval_fresh_check(approval, patch_sha256=patch_sha256, seen_at=seen_at)
         approval.status = status
@@ -1038,7 +1042,7 @@ def run_approve(
     run: Run,
     by: str,
     comment: str = "",
-    user: Any = None,
+    user: Any,
     patch_sha256: str | None = None,
     seen_at: Any = None,
 ) -> Approval:
@@ -1064,7 +1068,7 @@ def run_reject(
     run: Run,
     by: str,
     comment: str = "",
-    user: Any = None,
+    user: Any,
     patch_sha256: str | None = None,
     seen_at: Any = None,
 ) -> Approval:
