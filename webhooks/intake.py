@@ -3,8 +3,8 @@
 Everything here runs inside the HTTP request and must stay cheap: a few hashes, one
 small query for the secrets of the repositories the delivery may belong to, one
 statement that records the receipt and its work item. A delivery reaches only the
-repositories whose own secret signed it (DESIGN §9). The work happens in processing, woken once the
-receipt is committed.
+repositories whose own secret signed it (DESIGN §9). The work happens in processing,
+woken once the receipt is committed.
 """
 
 from __future__ import annotations
@@ -110,9 +110,10 @@ def _candidates(
     On a repository's own URL (``/webhooks/<provider>/<id>/``) that is that repository's
     secret, found without reading the body. On the shared URL it is the secret of every
     repository of the provider that claims the payload's ``external_id``; a claim alone
-    proves nothing, so a delivery reaches only those whose secret signed it. An
-    installation-wide secret would prove only that the provider sent the delivery, not
-    which workspace owns the repository, so none is used.
+    proves nothing, so a delivery reaches only those whose secret signed it. At most 50
+    claimants are tried (each costs an HMAC of the body); a repository's own URL never
+    competes with claimants. The installation-wide secret routes nothing (see
+    ``_installation_verified``).
     """
     other = GITLAB if provider == GITHUB else GITHUB
     rows = Repository.objects.exclude(provider=other).exclude(webhook_secret="")
@@ -294,8 +295,9 @@ _WORK_COLUMNS = (
     "created_at",
     "finished_at",
 )
-# The receipt and its work item in one statement: atomic on its own, one round trip. A repeated
-# delivery inserts nothing (the unique constraint); one racing it waits for it to commit.
+# The receipt and its work item in one statement: atomic on its own, one round trip. A
+# repeated delivery inserts nothing (the unique constraint); one racing it waits for it
+# to commit.
 _RECEIPT_INSERT = f"""
 WITH receipt AS (
     INSERT INTO {WebhookReceipt._meta.db_table} ({", ".join(_RECEIPT_COLUMNS)})
@@ -336,8 +338,8 @@ def webhook_receipt_record(
     duplicate.
 
     ``repository_ids``: the repositories whose own secret verified the delivery, the
-    only ones processing acts on. Two identical deliveries racing each other
-    both try the INSERT; the unique constraint makes the second wait for the first to
+    only ones processing acts on. Two identical deliveries racing each other both try
+    the INSERT; the unique constraint makes the second wait for the first to
     commit and then insert nothing, so exactly one receipt (and one processing message)
     exists per (provider, hook, delivery).
     """
