@@ -37,6 +37,7 @@ from jobs.admin import (
     status_badge,
 )
 from runs import services
+from runs.admin_identities import repository_webhook_path, webhook_secret_rotate
 from runs.agent.budget import budget_used
 from runs.models import (
     ApiToken,
@@ -136,20 +137,30 @@ class RepositoryAdmin(OperatorAdmin):
     list_select_related = ("workspace",)
     list_filter = ("provider", "workspace")
     search_fields = ("name", "external_id", "clone_url")
+    # Never shown or typed in a form: made by the rotate action, shown once.
+    exclude = ("webhook_secret",)
+    actions = ["rotate_webhook_secret"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return ("webhook_secret_state",)
+        return ("webhook_url", "webhook_secret_state")
 
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        fields = list(super().get_fields(request, obj))
-        # The secret is write-only for operators who may not edit: show whether it is set.
-        if not request.user.is_superuser and "webhook_secret" in fields:
-            fields.remove("webhook_secret")
-        return fields
+    @admin.display(description="webhook URL")
+    def webhook_url(self, obj: Repository) -> str:
+        return repository_webhook_path(obj) if obj.pk else "-"
 
     @admin.display(description="webhook secret")
     def webhook_secret_state(self, obj: Repository) -> str:
-        return "set" if obj.webhook_secret else "not set"
+        return "set" if obj.webhook_secret else "not set (deliveries are refused)"
+
+    @admin.action(
+        description="Rotate the webhook secret (shown once)",
+        permissions=["rotate_webhook_secret"],
+    )
+    def rotate_webhook_secret(self, request: HttpRequest, queryset: QuerySet) -> Any:
+        return webhook_secret_rotate(self, request, queryset)
+
+    def has_rotate_webhook_secret_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_superuser)
 
 
 @admin.register(ApiToken)

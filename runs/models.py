@@ -118,6 +118,44 @@ class ApiToken(models.Model):
         return f"{self.prefix}… ({self.user})"
 
 
+class ProviderIdentity(models.Model):
+    """A git provider account (by its numeric user id on one provider host) that speaks
+    for a platform user in one workspace: ``/agent approve`` and ``/agent reject``
+    comments by that account are decided as that user, under the workspace's approval
+    policy. Scoped to the workspace, so a workspace's admin can link its members without
+    handing their power in any other workspace to anyone."""
+
+    class Provider(models.TextChoices):
+        GITHUB = "github"
+        GITLAB = "gitlab"
+
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="provider_identities", db_index=False
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="provider_identities"
+    )
+    provider = models.CharField(max_length=16, choices=Provider.choices)
+    # The provider's web host (github.com, a GitHub Enterprise or GitLab host).
+    host = models.CharField(max_length=255)
+    # The account's numeric id: a login can be renamed and taken by someone else.
+    external_user_id = models.CharField(max_length=64)
+    login = models.CharField(max_length=200, blank=True)
+    created_by = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workspace", "provider", "host", "external_user_id"],
+                name="provideridentity_unique_account",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.login or self.external_user_id} -> {self.user_id}"
+
+
 class Repository(models.Model):
     class Provider(models.TextChoices):
         LOCAL = "local"

@@ -33,6 +33,7 @@ from jobs.db_rows import (
 )
 from runs import dispatch
 from runs.active_runs import active_condition_sql, counted_by_triggers
+from runs.identities import idempotency_key_reserved, requested_by_user
 from runs.logs import log
 from runs.models import (
     ActiveRunCount,
@@ -72,6 +73,15 @@ class IdempotencyConflict(CommandRefused):
     def __init__(self) -> None:
         super().__init__(
             "idempotency_key_reused", "this Idempotency-Key was used with a different request"
+        )
+
+
+class IdempotencyKeyReserved(CommandRefused):
+    def __init__(self) -> None:
+        super().__init__(
+            "idempotency_key_reserved",
+            "Idempotency-Key values starting with github: or gitlab: are reserved for "
+            "tasks the platform creates from provider events",
         )
 
 
@@ -366,6 +376,8 @@ def task_submit(
         raise CommandRefused("repository_not_in_workspace", "repository is not in this workspace")
     if not instruction.strip():
         raise CommandRefused("instruction_empty", "instruction must not be empty")
+    if source != Task.Source.WEBHOOK and idempotency_key_reserved(idempotency_key):
+        raise IdempotencyKeyReserved()
     profile = (
         (model_options or {}).get("profile")
         or (model_options or {}).get("provider")
@@ -942,13 +954,34 @@ def approval_permission_check(*, run: Run, user: Any) -> None:
             )
     if (
         task.risk_level == Task.Risk.HIGH
-        and task.requested_by
-        and task.requested_by == user.get_username()
+        and requested_by_user(task=task, user=user)
         and not workspace.approval_self_high_risk
     ):
         raise ApprovalNotAllowed(
             "self_approval_not_allowed",
             "a high-risk task needs someone other than its requester to approve it",
+        )
+
+
+def _approval_fresh_check(approval: Approval, *, patch_sha256: str | None, seen_at: Any) -> None:
+    """Refuse (approval_stale) a decision about another patch than the pending one.
+
+    ``patch_sha256`` is the diff's SHA-256 the decider names, in full (API, console) or
+    as a prefix of at least 7 hex digits (a PR comment); ``seen_at`` is when the decider
+    wrote a decision that names no patch: one written before this patch was put up for
+    approval cannot be about it.
+    """
+    if patch_sha256 is not None and (
+        len(patch_sha256) < 7 or not approval.patch_sha256.startswith(patch_sha256.lower())
+    ):
+        raise CommandRefused(
+            "approval_stale",
+            "the patch pending approval is not the one that was shown; reload and look again",
+        )
+    if seen_at is not None and approval.requested_at > seen_at:
+        raise CommandRefused(
+            "approval_stale",
+            "the patch pending approval was put up after this decision was written",
         )
 
 
@@ -958,8 +991,9 @@ def _approval_decide(
     by: str,
     status: str,
     comment: str,
-    user: Any = None,
+    user: Any,
     patch_sha256: str | None = None,
+    seen_at: Any = None,
 ) -> Approval:
     with transaction.atomic():
         locked = Run.objects.select_for_update().select_related("task__workspace").get(pk=run.pk)
@@ -978,15 +1012,15 @@ def _approval_decide(
         withdrawal = (
             status == Approval.Status.REJECTED
             and user is not None
-            and locked.task.requested_by == user.get_username()
+            and requested_by_user(task=locked.task, user=user)
         )
-        if user is not None and not withdrawal:
+        if user is None:
+            # Every path (API, console, PR comment) decides as a platform user, so one
+            # policy holds for all of them.
+            raise ApprovalNotAllowed("approval_not_allowed", "a decision needs a platform user")
+        if not withdrawal:
             approval_permission_check(run=locked, user=user)
-        if patch_sha256 is not None and patch_sha256 != approval.patch_sha256:
-            raise CommandRefused(
-                "approval_stale",
-                "the patch pending approval is not the one that was shown; reload and look again",
-            )
+        _approval_fresh_check(approval, patch_sha256=patch_sha256, seen_at=seen_at)
         approval.status = status
         approval.decided_at = timezone.now()
         approval.decided_by = by
@@ -1008,14 +1042,15 @@ def run_approve(
     run: Run,
     by: str,
     comment: str = "",
-    user: Any = None,
+    user: Any,
     patch_sha256: str | None = None,
+    seen_at: Any = None,
 ) -> Approval:
     """Approve the pending patch; the run goes on to open its pull request.
 
-    With ``user`` the workspace's approval policy applies (the API and the console pass
-    it; a PR comment is authorised by the git provider's own permissions). With
-    ``patch_sha256``, only that exact diff is approved.
+    With ``user`` the workspace's approval policy applies: the API, the console and a
+    PR comment (through the commenter's linked provider identity) all pass it. With
+    ``patch_sha256`` (or a prefix of it), only that exact diff is approved.
     """
     return _approval_decide(
         run=run,
@@ -1024,6 +1059,7 @@ def run_approve(
         comment=comment,
         user=user,
         patch_sha256=patch_sha256,
+        seen_at=seen_at,
     )
 
 
@@ -1032,8 +1068,9 @@ def run_reject(
     run: Run,
     by: str,
     comment: str = "",
-    user: Any = None,
+    user: Any,
     patch_sha256: str | None = None,
+    seen_at: Any = None,
 ) -> Approval:
     """Reject the pending patch; the run ends failed (approval_rejected)."""
     return _approval_decide(
@@ -1043,6 +1080,7 @@ def run_reject(
         comment=comment,
         user=user,
         patch_sha256=patch_sha256,
+        seen_at=seen_at,
     )
 
 

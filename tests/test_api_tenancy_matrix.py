@@ -58,6 +58,7 @@ def world() -> World:
         delivery_id=str(uuid.uuid4()),
         event="issues",
         payload={"repository": {"full_name": "octo/alpha"}},
+        repository_ids=[repo.pk],
     )
     clients = {}
     for role in ROLES:

@@ -16,7 +16,7 @@ from runs.engine import run_end_unleased
 from runs.models import Approval, Artifact, Patch, Run
 from runs.services import CommandRefused, approvals_expire, run_approve
 from tests.conftest import wait_for
-from tests.factories import TaskFactory
+from tests.factories import TaskFactory, UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,6 +46,7 @@ def _waiting_on_locks() -> int:
 
 def test_expiry_racing_an_approve_does_not_deadlock(workspace):
     run, approval = _awaiting(workspace, expires_in=timedelta(seconds=-1))
+    alice = UserFactory(username="alice", is_superuser=True)
     errors: list[BaseException] = []
     results: dict[str, object] = {}
 
@@ -64,7 +65,7 @@ def test_expiry_racing_an_approve_does_not_deadlock(workspace):
     with transaction.atomic():
         Run.objects.select_for_update().get(pk=run.pk)
         approve = threading.Thread(
-            target=call, args=("approve", lambda: run_approve(run=run, by="alice"))
+            target=call, args=("approve", lambda: run_approve(run=run, by="alice", user=alice))
         )
         approve.start()
         wait_for(lambda: _waiting_on_locks() >= 1, timeout=10, message="approve waiting")

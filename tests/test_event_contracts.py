@@ -26,7 +26,7 @@ from runs.models import Run, Task
 from runs.services import run_approve, run_cancel_request, task_submit
 from runs.state import TERMINAL
 from tests.conftest import ROOT
-from tests.factories import TaskFactory
+from tests.factories import TaskFactory, UserFactory
 
 GOLDEN = ROOT / "tests" / "golden" / "events"
 FORMAT = jsonschema.Draft202012Validator.FORMAT_CHECKER
@@ -94,7 +94,11 @@ def test_every_event_the_platform_produces_matches_its_contract(
     )
     waiting = _drive(supervised.run)
     if waiting.status == Run.Status.AWAITING_APPROVAL:
-        run_approve(run=waiting, by="reviewer")
+        run_approve(
+            run=waiting,
+            by="reviewer",
+            user=UserFactory(username="reviewer", is_superuser=True),
+        )
         _drive(waiting)
     dry = task_submit(
         workspace=workspace,

@@ -28,10 +28,12 @@ def driven_inline(monkeypatch):
 
 
 class FakeGitLab:
-    """Just enough of GitLab's API v4: list, create and update merge requests."""
+    """Just enough of GitLab's API v4: list, create and update merge requests; notes."""
 
     def __init__(self) -> None:
         self.merge_requests: list[dict[str, Any]] = []
+        # Notes posted, by (project, "issues" or "merge_requests", iid).
+        self.notes: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.tokens: list[str] = []
         # Create the merge request but answer 502, as a proxy losing the answer would.
@@ -80,6 +82,11 @@ class FakeGitLab:
         if parts[:3] != ["api", "v4", "projects"] or len(parts) < 5:
             return 404, {"message": "404 Not Found"}
         project = unquote(parts[3])
+        if method == "POST" and len(parts) == 7 and parts[6] == "notes" and "/" in project:
+            notes = self.notes.setdefault((project, parts[4], int(parts[5])), [])
+            note = {"id": 5000 + len(notes), "body": body.get("body", "")}
+            notes.append(note)
+            return 201, note
         if parts[4] != "merge_requests" or "/" not in project:
             return 404, {"message": "404 Project Not Found"}
         mine = [m for m in self.merge_requests if m["project"] == project]
@@ -245,25 +252,24 @@ def test_a_labelled_gitlab_issue_leads_to_a_merge_request(
     from runs.engine import run_drive_inline
     from runs.models import PullRequest, Task
     from tests.factories import RepositoryFactory
-    from tests.test_webhook_support import GITLAB_TOKEN as HOOK_TOKEN
-    from tests.test_webhook_support import corpus, gitlab_post
+    from tests.test_webhook_support import REPOSITORY_SECRET, corpus, gitlab_post
     from webhooks.models import WebhookReceipt
     from webhooks.processing import webhook_receipt_process
 
     settings.GITLAB_API_URL = gitlab.url
     settings.GITLAB_TOKEN = TOKEN
-    settings.GITLAB_WEBHOOK_TOKEN = HOOK_TOKEN
     settings.WEBHOOK_TASK_MODEL_OPTIONS = {"provider": "scripted", "script": demo.fix_script()}
     RepositoryFactory(
         workspace=workspace,
         provider="gitlab",
         external_id="gitlabhq/gitlab-test",
         clone_url=str(sample_repo),
+        webhook_secret=REPOSITORY_SECRET,
     )
     issue = corpus("gitlab", "issue")
     issue["changes"]["labels"] = {"previous": [], "current": [{"title": "agent"}]}
 
-    assert gitlab_post(client, issue).status_code == 202
+    assert gitlab_post(client, issue, token=REPOSITORY_SECRET).status_code == 202
     for receipt in WebhookReceipt.objects.all():
         webhook_receipt_process(receipt_id=receipt.id)
     task = Task.objects.get(source="webhook")

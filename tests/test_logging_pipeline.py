@@ -275,16 +275,15 @@ def test_a_runs_own_secrets_are_redacted_once_its_step_binds(workspace, json_log
 
 @pytest.mark.django_db
 def test_a_webhook_trace_reaches_the_task_it_creates(client, settings, json_log):
-    from tests.test_webhook_support import GITHUB_SECRET, corpus, github_post
+    from tests.test_webhook_support import REPOSITORY_SECRET, corpus, github_post
     from webhooks.models import WebhookReceipt
     from webhooks.processing import webhook_receipt_process
 
-    settings.GITHUB_WEBHOOK_SECRET = GITHUB_SECRET
-    RepositoryFactory(external_id="octo/traced")
+    RepositoryFactory(external_id="octo/traced", webhook_secret=REPOSITORY_SECRET)
     payload = corpus("github", "issues/labeled")
     payload["label"]["name"] = "agent"
     payload["repository"]["full_name"] = "octo/traced"
-    response = github_post(client, payload, "issues", delivery="traced-1")
+    response = github_post(client, payload, "issues", delivery="traced-1", secret=REPOSITORY_SECRET)
     assert response.status_code == 202
     (line,) = [line for line in json_log() if line["event"] == "http.response"]
     receipt = WebhookReceipt.objects.get()

@@ -14,6 +14,7 @@ from runs.agent.platform_git import diff_sha256
 from runs.engine import run_drive_inline, step_execute
 from runs.models import Approval, Patch, Run
 from runs.services import run_approve, task_submit
+from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -73,7 +74,7 @@ def test_a_clean_filter_planted_in_the_working_copy_cannot_change_what_is_pushed
     approved_diff = Patch.objects.get(pk=approval.patch_id).diff_artifact.content
     assert "+    return a + b" in approved_diff
 
-    run_approve(run=run, by="alice")
+    run_approve(run=run, by="alice", user=UserFactory(username="alice", is_superuser=True))
     run = _after_decision(run)
 
     assert run.status == Run.Status.COMPLETED, (run.failure_reason, run.failure_detail)
@@ -128,7 +129,9 @@ def test_an_approval_does_not_cover_a_different_diff(workspace, repository):
     checkpoint = dict(run.checkpoint)
     checkpoint["diff"] = checkpoint["diff"].replace("+    return a + b", "+    return a * b")
     Run.objects.filter(pk=run.pk).update(checkpoint=checkpoint)
-    approval = run_approve(run=run, by="alice")
+    approval = run_approve(
+        run=run, by="alice", user=UserFactory(username="alice", is_superuser=True)
+    )
 
     run = _after_decision(run)
 

@@ -50,7 +50,9 @@ def test_a_task_waiting_for_approval_says_so_and_runs_again_once_approved(worksp
 
     assert waiting.status == Run.Status.AWAITING_APPROVAL
     assert Task.objects.get(pk=submission.task.pk).status == "awaiting_approval"
-    run_approve(run=waiting, by="reviewer")
+    run_approve(
+        run=waiting, by="reviewer", user=UserFactory(username="reviewer", is_superuser=True)
+    )
     engine.step_execute(run_id=str(waiting.id), step_no=Run.objects.get(pk=waiting.pk).step_no)
     assert Task.objects.get(pk=submission.task.pk).status == Task.Status.RUNNING
     assert _drive(waiting).status == Run.Status.COMPLETED

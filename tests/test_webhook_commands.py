@@ -6,13 +6,16 @@ import json
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from runs import demo
-from runs.models import PullRequest, Run, Task
+from runs.models import Approval, Membership, ProviderIdentity, PullRequest, Run, Task
 from runs.services import task_submit
 from runs.state import TERMINAL
 from tests.conftest import wait_for
-from tests.test_webhook_support import GITHUB_SECRET, corpus, followup_script, github_post
+from tests.factories import UserFactory
+from tests.test_webhook_support import REPOSITORY_SECRET, corpus, followup_script
+from tests.test_webhook_support import github_post as post_signed
 from webhooks.models import CiResult, WebhookReceipt
 from webhooks.processing import webhook_receipt_process
 
@@ -21,7 +24,6 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture(autouse=True)
 def webhook_settings(settings, monkeypatch):
-    settings.GITHUB_WEBHOOK_SECRET = GITHUB_SECRET
     # Read by the worker process, which submits the tasks.
     monkeypatch.setenv(
         "WEBHOOK_TASK_MODEL_OPTIONS",
@@ -31,9 +33,15 @@ def webhook_settings(settings, monkeypatch):
 
 @pytest.fixture
 def mapped(repository):
+    """The repository the deliveries are for; they prove it with its own secret."""
     repository.external_id = "octo/e2e"
-    repository.save(update_fields=["external_id"])
+    repository.webhook_secret = REPOSITORY_SECRET
+    repository.save(update_fields=["external_id", "webhook_secret"])
     return repository
+
+
+def github_post(client, payload, event, **kwargs):
+    return post_signed(client, payload, event, secret=REPOSITORY_SECRET, **kwargs)
 
 
 def _run(task: Task, run_no: int, timeout: float = 60) -> Run:
@@ -63,6 +71,8 @@ def _comment(
         payload["issue"]["pull_request"] = {"url": "https://example.invalid/pulls"}
     payload["comment"]["body"] = body
     payload["comment"]["author_association"] = association
+    # Written now: a decision that names no patch is about the one pending when written.
+    payload["comment"]["created_at"] = timezone.now().isoformat()
     return payload
 
 
@@ -126,7 +136,7 @@ def test_issue_review_ci_and_merge_drive_the_task(client, mapped, start_worker):
 @pytest.mark.parametrize(
     ("command", "final"),
     [
-        ("/agent approve looks good", Run.Status.COMPLETED),
+        ("/agent approve {sha} looks good", Run.Status.COMPLETED),
         ("/agent reject not like this", Run.Status.FAILED),
         ("/agent cancel", Run.Status.CANCELLED),
     ],
@@ -134,11 +144,23 @@ def test_issue_review_ci_and_merge_drive_the_task(client, mapped, start_worker):
 def test_approval_and_cancel_commands_from_issue_comments(
     client, mapped, start_worker, command, final
 ):
+    # The corpus' commenter is linked to an approver of the workspace.
+    approver = UserFactory(username="vera")
+    Membership.objects.create(workspace=mapped.workspace, user=approver, role="approver")
+    ProviderIdentity.objects.create(
+        workspace=mapped.workspace,
+        user=approver,
+        provider="github",
+        host="github.com",
+        external_user_id=str(corpus("github", "issue_comment/created")["comment"]["user"]["id"]),
+        login="Codertocat",
+    )
     start_worker()
     submission = task_submit(
         workspace=mapped.workspace,
         repository=mapped,
         instruction="Fix add()",
+        source=Task.Source.WEBHOOK,
         execution_mode=Task.Mode.SUPERVISED_PR,
         idempotency_key="github:issue:octo/e2e#3",
         model_options={"provider": "scripted", "script": demo.fix_script()},
@@ -148,8 +170,10 @@ def test_approval_and_cancel_commands_from_issue_comments(
         timeout=60,
         message="awaiting approval",
     )
+    sha = Approval.objects.get(run=submission.run, status="pending").patch_sha256[:7]
 
-    assert github_post(client, _comment(3, command), "issue_comment").status_code == 202
+    comment = _comment(3, command.format(sha=sha))
+    assert github_post(client, comment, "issue_comment").status_code == 202
 
     run = wait_for(lambda: _status(submission.run, final), timeout=60, message=final)
     assert run.status == final

@@ -14,6 +14,7 @@ from tests.test_webhook_support import (
     GITHUB_SECRET,
     GITLAB_EVENTS,
     GITLAB_TOKEN,
+    REPOSITORY_SECRET,
     sign,
 )
 from webhooks.models import WebhookReceipt
@@ -23,6 +24,8 @@ pytestmark = pytest.mark.django_db
 
 GITHUB_FILES = sorted((CORPUS / "github").glob("*/*.json"))
 GITLAB_FILES = sorted((CORPUS / "gitlab").glob("*.json"))
+MAPPED_GITHUB = "Codertocat/Hello-World"
+MAPPED_GITLAB = ("gitlabhq/gitlab-test", "gitlab-org/gitlab-test")
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +35,9 @@ def mapped(settings):
     settings.GITHUB_WEBHOOK_SECRET = GITHUB_SECRET
     settings.GITLAB_WEBHOOK_TOKEN = GITLAB_TOKEN
     settings.GITLAB_COMMAND_USERS = ["root"]
-    repository = RepositoryFactory(external_id="Codertocat/Hello-World")
+    repository = RepositoryFactory(
+        external_id="Codertocat/Hello-World", webhook_secret=REPOSITORY_SECRET
+    )
     task = TaskFactory(repository=repository, workspace=repository.workspace)
     PullRequest.objects.create(
         task=task,
@@ -42,8 +47,20 @@ def mapped(settings):
         number=2,
         head_sha="ec26c3e57ca3a959ca5aad62de7213c562f8c821",
     )
-    RepositoryFactory(external_id="gitlabhq/gitlab-test", provider="gitlab")
-    RepositoryFactory(external_id="gitlab-org/gitlab-test", provider="gitlab")
+    for external_id in MAPPED_GITLAB:
+        RepositoryFactory(
+            external_id=external_id, provider="gitlab", webhook_secret=REPOSITORY_SECRET
+        )
+
+
+def _secret(payload: dict) -> str:
+    """The mapped repository's own secret (the delivery then reaches it), else the
+    installation's (recorded, routed nowhere)."""
+    named = (payload.get("repository") or {}).get("full_name") or (
+        payload.get("project") or {}
+    ).get("path_with_namespace")
+    mapped = named in (MAPPED_GITHUB, *MAPPED_GITLAB)
+    return REPOSITORY_SECRET if mapped else GITHUB_SECRET
 
 
 def _processed(response) -> WebhookReceipt:
@@ -70,27 +87,32 @@ def test_github_payload_is_accepted_and_processed(client, path: Path):
             "X-GitHub-Event": path.parent.name,
             "X-GitHub-Delivery": path.name,
             "X-GitHub-Hook-ID": "7",
-            "X-Hub-Signature-256": sign(body),
+            "X-Hub-Signature-256": sign(body, _secret(json.loads(body))),
         },
     )
     receipt = _processed(response)
     assert receipt.event == path.parent.name
+    assert bool(receipt.repository_ids) == (_secret(json.loads(body)) == REPOSITORY_SECRET)
 
 
 @pytest.mark.parametrize("path", GITLAB_FILES, ids=lambda p: p.name)
 def test_gitlab_payload_is_accepted_and_processed(client, path: Path):
     body = path.read_bytes()
-    kind = json.loads(body)["object_kind"]
+    payload = json.loads(body)
+    kind = payload["object_kind"]
     response = client.post(
         "/webhooks/gitlab/",
         data=body,
         content_type="application/json",
         headers={
             "X-Gitlab-Event": GITLAB_EVENTS[kind],
-            "X-Gitlab-Token": GITLAB_TOKEN,
+            "X-Gitlab-Token": GITLAB_TOKEN
+            if _secret(payload) == GITHUB_SECRET
+            else REPOSITORY_SECRET,
             "X-Gitlab-Event-UUID": f"uuid-{path.name}",
             "Idempotency-Key": path.name,
         },
     )
     receipt = _processed(response)
     assert receipt.delivery_id == path.name
+    assert bool(receipt.repository_ids) == (_secret(payload) == REPOSITORY_SECRET)

@@ -12,7 +12,13 @@ from django.db import connection
 
 from runs.models import PullRequest, Run, Task
 from tests.factories import RepositoryFactory, TaskFactory
-from tests.test_webhook_support import GITHUB_SECRET, corpus, github_headers, github_post
+from tests.test_webhook_support import (
+    GITHUB_SECRET,
+    REPOSITORY_SECRET,
+    corpus,
+    github_headers,
+    github_post,
+)
 from webhooks.models import WebhookAction, WebhookReceipt
 from webhooks.processing import webhook_receipt_process
 
@@ -65,10 +71,10 @@ def test_same_delivery_id_on_two_hooks_is_two_receipts(client):
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_identical_deliveries_are_processed_exactly_once(live_server):
-    repository = RepositoryFactory(external_id="octo/concurrent")
+    repository = RepositoryFactory(external_id="octo/concurrent", webhook_secret=REPOSITORY_SECRET)
     body = json.dumps(_labelled_issue("octo/concurrent")).encode()
     headers = {
-        **github_headers(body, "issues", delivery="race-guid"),
+        **github_headers(body, "issues", delivery="race-guid", secret=REPOSITORY_SECRET),
         "Content-Type": "application/json",
     }
     barrier = threading.Barrier(8)
@@ -112,7 +118,7 @@ def test_concurrent_identical_deliveries_are_processed_exactly_once(live_server)
 
 @pytest.mark.django_db
 def test_same_comment_under_two_delivery_ids_acts_once(client):
-    repository = RepositoryFactory(external_id="octo/dedup")
+    repository = RepositoryFactory(external_id="octo/dedup", webhook_secret=REPOSITORY_SECRET)
     task = TaskFactory(repository=repository, workspace=repository.workspace)
     PullRequest.objects.create(
         task=task, provider="local", branch="agent/x", base_branch="main", number=5
@@ -120,7 +126,9 @@ def test_same_comment_under_two_delivery_ids_acts_once(client):
     payload = _agent_comment("octo/dedup", 5, "/agent please also update the docs", on_pr=True)
 
     ids = [
-        github_post(client, payload, "issue_comment", delivery=d).json()["receipt_id"]
+        github_post(client, payload, "issue_comment", delivery=d, secret=REPOSITORY_SECRET).json()[
+            "receipt_id"
+        ]
         for d in ("first-guid", "second-guid")
     ]
     statuses = [webhook_receipt_process(receipt_id=i) for i in ids]
@@ -134,17 +142,21 @@ def test_same_comment_under_two_delivery_ids_acts_once(client):
 
 @pytest.mark.django_db
 def test_same_labelled_issue_twice_is_one_task(client):
-    repository = RepositoryFactory(external_id="octo/once")
+    repository = RepositoryFactory(external_id="octo/once", webhook_secret=REPOSITORY_SECRET)
     payload = _labelled_issue("octo/once")
     for delivery in ("a", "b"):
-        receipt_id = github_post(client, payload, "issues", delivery=delivery).json()["receipt_id"]
+        receipt_id = github_post(
+            client, payload, "issues", delivery=delivery, secret=REPOSITORY_SECRET
+        ).json()["receipt_id"]
         webhook_receipt_process(receipt_id=receipt_id)
     assert Task.objects.filter(repository=repository).count() == 1
 
 
 @pytest.mark.django_db
 def test_same_ci_failure_under_two_delivery_ids_starts_one_followup(client):
-    repository = RepositoryFactory(external_id="Codertocat/Hello-World")
+    repository = RepositoryFactory(
+        external_id="Codertocat/Hello-World", webhook_secret=REPOSITORY_SECRET
+    )
     task = TaskFactory(repository=repository, workspace=repository.workspace)
     payload = corpus("github", "check_run/completed.1")
     PullRequest.objects.create(
@@ -156,9 +168,9 @@ def test_same_ci_failure_under_two_delivery_ids_starts_one_followup(client):
         head_sha=payload["check_run"]["head_sha"],
     )
     for delivery in ("ci-1", "ci-2"):
-        receipt_id = github_post(client, payload, "check_run", delivery=delivery).json()[
-            "receipt_id"
-        ]
+        receipt_id = github_post(
+            client, payload, "check_run", delivery=delivery, secret=REPOSITORY_SECRET
+        ).json()["receipt_id"]
         webhook_receipt_process(receipt_id=receipt_id)
     assert Run.objects.filter(task=task).count() == 1
     assert "failure" in Run.objects.get(task=task).feedback

@@ -1,6 +1,6 @@
-"""Intake is one statement: the receipt, the repositories it belongs to and its work item
-in one INSERT, the wake-up sent on commit without a write of its own, and the sweep still
-covers it."""
+"""Intake is one statement: the receipt and its work item in one INSERT (after one lookup
+of the secrets of the repositories a delivery to the shared URL names), the wake-up sent
+on commit without a write of its own, and the sweep still covers it."""
 
 from __future__ import annotations
 
@@ -47,24 +47,25 @@ def test_an_accepted_delivery_costs_one_statement(client) -> None:
     assert item.queue == "webhooks" and item.due_at <= item.created_at
 
 
-def test_the_shared_url_finds_its_repositories_in_the_same_statement(client) -> None:
-    """Repositories relying on the environment secret, of this provider, without their own."""
-    own = RepositoryFactory(provider="github", external_id="octo/hello", webhook_secret="s")
-    relying = [
-        RepositoryFactory(provider="github", external_id="octo/hello", webhook_secret="")
-        for _ in range(2)
-    ]
-    RepositoryFactory(provider="gitlab", external_id="octo/hello", webhook_secret="")
-    RepositoryFactory(provider="github", external_id="octo/other", webhook_secret="")
+def test_the_shared_url_finds_the_repositories_it_belongs_to_in_one_lookup(client) -> None:
+    """The repositories of this provider claiming the payload's id whose own secret signed
+    it: one SELECT of their secrets, then the one statement."""
+    signed = RepositoryFactory(provider="github", external_id="octo/hello", webhook_secret="s1")
+    RepositoryFactory(provider="github", external_id="octo/hello", webhook_secret="s2")
+    RepositoryFactory(provider="github", external_id="octo/hello", webhook_secret="")
+    RepositoryFactory(provider="gitlab", external_id="octo/hello", webhook_secret="s1")
+    RepositoryFactory(provider="github", external_id="octo/other", webhook_secret="s1")
     payload = {**PING, "repository": {"full_name": "octo/hello"}}
     with CaptureQueriesContext(connection) as queries:
-        response = github_post(client, payload, "ping")
-    assert _statements(queries) == ["WITH"]
+        response = github_post(client, payload, "ping", secret="s1")
+    assert _statements(queries) == ["SELECT", "WITH"]
     receipt = WebhookReceipt.objects.get(pk=response.json()["receipt_id"])
-    assert receipt.repository_ids == sorted(r.pk for r in relying)
-    assert own.pk not in receipt.repository_ids
-    without = github_post(client, PING, "ping")
-    assert WebhookReceipt.objects.get(pk=without.json()["receipt_id"]).repository_ids == []
+    assert receipt.repository_ids == [signed.pk]
+    # Signed by the installation secret: recorded without a lookup, for no repository.
+    with CaptureQueriesContext(connection) as queries:
+        installation = github_post(client, payload, "ping")
+    assert _statements(queries) == ["WITH"]
+    assert WebhookReceipt.objects.get(pk=installation.json()["receipt_id"]).repository_ids == []
 
 
 def test_the_statement_writes_every_column_of_both_tables() -> None:

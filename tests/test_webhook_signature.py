@@ -108,7 +108,7 @@ def test_no_secret_configured_refuses_everything(client, settings):
     assert response.json()["error"] == "signature_no_secret"
 
 
-def test_repository_secret_replaces_the_environment_secret(client):
+def test_repository_secret_verifies_on_its_url_and_on_the_shared_url(client):
     repository = RepositoryFactory(
         external_id="Codertocat/Hello-World", webhook_secret="repository-secret"
     )
@@ -116,27 +116,30 @@ def test_repository_secret_replaces_the_environment_secret(client):
 
     own_url = f"/webhooks/github/{repository.pk}/"
 
-    # Signed with the environment secret on the repository's URL: refused.
+    # Signed with the installation secret on the repository's URL: refused.
     refused = github_post(client, payload, "issues", path=own_url)
-    # Signed with the repository's secret on the shared URL: nothing there knows it.
-    unknown = github_post(client, payload, "issues", secret="repository-secret")
+    # Signed with the repository's secret: accepted on its URL and on the shared URL.
+    shared = github_post(client, payload, "issues", secret="repository-secret")
     accepted = github_post(client, payload, "issues", path=own_url, secret="repository-secret")
 
     assert refused.status_code == 401
-    assert unknown.status_code == 401
+    assert shared.status_code == 202
     assert accepted.status_code == 202
-    receipt = WebhookReceipt.objects.get()
-    assert receipt.repository_ids == [repository.pk]
+    assert [r.repository_ids for r in WebhookReceipt.objects.order_by("pk")] == [
+        [repository.pk],
+        [repository.pk],
+    ]
 
 
-def test_environment_secret_verifies_repositories_without_their_own(client):
-    shared = RepositoryFactory(external_id="Codertocat/Hello-World")
+def test_the_installation_secret_records_a_delivery_but_routes_it_nowhere(client):
+    """It proves the provider sent it, not which workspace owns the repository."""
+    RepositoryFactory(external_id="Codertocat/Hello-World")
     RepositoryFactory(external_id="Codertocat/Hello-World", webhook_secret="own-secret")
 
     response = github_post(client, corpus("github", "issues/opened"), "issues")
 
     assert response.status_code == 202
-    assert WebhookReceipt.objects.get().repository_ids == [shared.pk]
+    assert WebhookReceipt.objects.get().repository_ids == []
 
 
 def test_an_unsigned_body_is_refused_before_it_is_parsed_or_anything_is_queried(

@@ -11,6 +11,9 @@ from typing import Any
 
 CORPUS = Path("/work/shared/corpus")
 GITHUB_SECRET = "test-github-webhook-secret"
+# A repository's own secret: the proof that routes a delivery to it (the installation
+# secret above only gets a delivery recorded).
+REPOSITORY_SECRET = "test-repository-webhook-secret"
 GITLAB_TOKEN = "test-gitlab-webhook-token"
 GITLAB_EVENTS = {
     "issue": "Issue Hook",
@@ -74,6 +77,7 @@ def gitlab_post(
     *,
     token: str | None = GITLAB_TOKEN,
     key: str | None = None,
+    path: str = "/webhooks/gitlab/",
 ) -> Any:
     body = json.dumps(payload).encode()
     headers = {
@@ -84,9 +88,7 @@ def gitlab_post(
     }
     if token is not None:
         headers["X-Gitlab-Token"] = token
-    return client.post(
-        "/webhooks/gitlab/", data=body, content_type="application/json", headers=headers
-    )
+    return client.post(path, data=body, content_type="application/json", headers=headers)
 
 
 def followup_script(python: str = "python3") -> dict[str, Any]:

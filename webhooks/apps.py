@@ -9,6 +9,7 @@ class WebhooksConfig(AppConfig):
         from django.conf import settings
 
         from jobs.work import WorkKind, work_kind_register
+        from webhooks.decisions import REPLY_KIND, webhook_reply_send
         from webhooks.intake import WORK_KIND
         from webhooks.processing import webhook_receipt_process
 
@@ -22,6 +23,7 @@ class WebhooksConfig(AppConfig):
                 retry_max_seconds=300.0,
             )
         )
+        work_kind_register(WorkKind(name=REPLY_KIND, handler=webhook_reply_send, queue="webhooks"))
         _retention_register()
 
 

@@ -1,9 +1,10 @@
 """Webhook intake: verify, parse and record a delivery, then hand it to processing.
 
 Everything here runs inside the HTTP request and must stay cheap: a few hashes, one
-small query for the repository's secret (on a repository's own URL), one statement that
-records the receipt and its work item. The work happens in processing, woken once the
-receipt is committed.
+small query for the secrets of the repositories the delivery may belong to, one
+statement that records the receipt and its work item. A delivery reaches only the
+repositories whose own secret signed it (DESIGN §9). The work happens in processing,
+woken once the receipt is committed.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import hashlib
 import hmac
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs
@@ -105,33 +106,32 @@ def repository_external_id(provider: str, payload: Mapping[str, Any]) -> str:
 # --- secrets and signatures -----------------------------------------------------------------
 
 
-def _candidates(provider: str, repository_id: int | None) -> list[_Candidate]:
-    """The secrets that may have signed a delivery, chosen without reading its body.
+def _candidates(
+    provider: str, repository_id: int | None, payload: Mapping[str, Any] | None
+) -> list[_Candidate]:
+    """The secrets that may have signed a delivery: each repository's own.
 
-    On a repository's own URL (``/webhooks/<provider>/<id>/``) that is the repository's
-    secret, or the environment secret if it has none. On the shared URL it is the
-    environment secret alone: a repository with its own secret is reachable only
-    through its URL, so no body is parsed and no repository is looked up before a
-    signature matched.
+    On a repository's own URL (``/webhooks/<provider>/<id>/``) that is that repository's
+    secret, found without reading the body. On the shared URL it is the secret of every
+    repository of the provider that claims the payload's ``external_id``; a claim alone
+    proves nothing, so a delivery reaches only those whose secret signed it. At most 50
+    claimants are tried (each costs an HMAC of the body); a repository's own URL never
+    competes with claimants. The installation-wide secret routes nothing (see
+    ``_installation_verified``).
     """
-    fallback = (
-        settings.GITHUB_WEBHOOK_SECRET if provider == GITHUB else settings.GITLAB_WEBHOOK_TOKEN
-    )
-    if repository_id is None:
-        return [_Candidate(secret=fallback)] if fallback else []
     other = GITLAB if provider == GITHUB else GITHUB
-    row = (
-        Repository.objects.filter(pk=repository_id)
-        .exclude(provider=other)
-        .values_list("pk", "webhook_secret")
-        .first()
-    )
-    if row is None:
-        return []
-    pk, secret = row
-    return (
-        [_Candidate(secret=secret or fallback, repository_ids=[pk])] if secret or fallback else []
-    )
+    rows = Repository.objects.exclude(provider=other).exclude(webhook_secret="")
+    if repository_id is not None:
+        rows = rows.filter(pk=repository_id)
+    else:
+        external_id = repository_external_id(provider, payload or {})
+        if not external_id:
+            return []
+        rows = rows.filter(external_id=external_id)
+    return [
+        _Candidate(secret=secret, repository_ids=[pk])
+        for pk, secret in rows.order_by("pk").values_list("pk", "webhook_secret")[:50]
+    ]
 
 
 def github_signature(*, secret: str, body: bytes) -> str:
@@ -144,8 +144,8 @@ def _signature_refused(provider: str, reason: str, detail: str) -> IntakeRefused
     return IntakeRefused(401, f"signature_{reason}", detail)
 
 
-def github_verify(*, body: bytes, signature: str, repository_id: int | None) -> list[int]:
-    """The repositories whose secret signed ``body``; raises 401 if none did."""
+def github_signature_check(signature: str) -> None:
+    """Refuse (401) a missing or malformed signature before the body is read."""
     if not signature:
         raise _signature_refused(GITHUB, "missing", "X-Hub-Signature-256 header is missing")
     prefix, _, digest = signature.partition("=")
@@ -153,33 +153,85 @@ def github_verify(*, body: bytes, signature: str, repository_id: int | None) -> 
         raise _signature_refused(
             GITHUB, "malformed", "X-Hub-Signature-256 must be sha256=<64 hex digits>"
         )
-    candidates = _candidates(GITHUB, repository_id)
-    if not candidates:
-        raise _signature_refused(GITHUB, "no_secret", "no webhook secret is configured")
-    matched: _Candidate | None = None
+
+
+Matches = Callable[[str], bool]
+
+
+def github_matches(*, body: bytes, signature: str) -> Matches:
+    return lambda secret: hmac.compare_digest(github_signature(secret=secret, body=body), signature)
+
+
+def gitlab_matches(*, token: str) -> Matches:
+    return lambda secret: hmac.compare_digest(secret.encode(), token.encode())
+
+
+def _verified(
+    provider: str, candidates: list[_Candidate], matches: Matches, *, tried: bool = False
+) -> list[int]:
+    """The repositories whose own secret signed the delivery; raises 401 if none did.
+
+    ``tried``: a secret (the installation's) was already compared and did not match.
+    """
+    if not candidates and not tried:
+        raise _signature_refused(provider, "no_secret", "no repository here has a webhook secret")
+    matched: list[int] = []
     for candidate in candidates:
         # Every candidate is compared, so timing does not tell which one matched.
-        if hmac.compare_digest(github_signature(secret=candidate.secret, body=body), signature):
-            matched = matched or candidate
-    if matched is None:
-        raise _signature_refused(GITHUB, "mismatch", "signature does not match")
-    return matched.repository_ids
+        if matches(candidate.secret):
+            matched.extend(candidate.repository_ids)
+    if not matched:
+        raise _signature_refused(provider, "mismatch", "signature does not match")
+    return matched
 
 
-def gitlab_verify(*, token: str, repository_id: int | None) -> list[int]:
-    """The repositories whose token is ``token``; raises 401 if none matches."""
-    if not token:
-        raise _signature_refused(GITLAB, "missing", "X-Gitlab-Token header is missing")
-    candidates = _candidates(GITLAB, repository_id)
-    if not candidates:
-        raise _signature_refused(GITLAB, "no_secret", "no webhook token is configured")
-    matched: _Candidate | None = None
-    for candidate in candidates:
-        if hmac.compare_digest(candidate.secret.encode(), token.encode()):
-            matched = matched or candidate
-    if matched is None:
-        raise _signature_refused(GITLAB, "mismatch", "token does not match")
-    return matched.repository_ids
+def _installation_verified(provider: str, matches: Matches) -> bool:
+    """Whether the installation-wide secret (``GITHUB_WEBHOOK_SECRET`` /
+    ``GITLAB_WEBHOOK_TOKEN``) signed a delivery to the shared URL.
+
+    It proves the provider sent the delivery, not which workspace owns the repository
+    it names (any workspace can claim an ``external_id``): such a delivery is recorded,
+    for the operator to see, and routed to no repository.
+    """
+    secret = _installation_secret(provider)
+    return bool(secret) and matches(secret)
+
+
+def _installation_secret(provider: str) -> str:
+    return str(
+        settings.GITHUB_WEBHOOK_SECRET if provider == GITHUB else settings.GITLAB_WEBHOOK_TOKEN
+    )
+
+
+def _verify_and_parse(
+    provider: str,
+    *,
+    body: bytes,
+    content_type: str,
+    repository_id: int | None,
+    matches: Matches,
+) -> tuple[dict[str, Any], str, list[int]]:
+    """The payload, its text and the repositories that proved they own the delivery.
+
+    A repository's own URL names the secret: the body is verified before it is parsed.
+    The shared URL must read the payload's repository first (unless the installation
+    secret signed it); parsing is bounded by the size limit, and nothing is stored or
+    routed before a secret matched.
+    """
+    if repository_id is not None:
+        repository_ids = _verified(provider, _candidates(provider, repository_id, None), matches)
+        return (*payload_parse(body=body, content_type=content_type), repository_ids)
+    if _installation_verified(provider, matches):
+        return (*payload_parse(body=body, content_type=content_type), [])
+    tried = bool(_installation_secret(provider))
+    try:
+        payload, payload_text = payload_parse(body=body, content_type=content_type)
+    except IntakeRefused:
+        # Nothing verified it, and it names no repository whose secret could: a bad
+        # signature, not a bad payload, is all an unauthenticated sender learns.
+        raise _signature_refused(provider, "mismatch", "signature does not match") from None
+    candidates = _candidates(provider, None, payload)
+    return payload, payload_text, _verified(provider, candidates, matches, tried=tried)
 
 
 # --- the receipt ------------------------------------------------------------------------------
@@ -247,20 +299,16 @@ _WORK_COLUMNS = (
     "created_at",
     "finished_at",
 )
-# The receipt, the repositories relying on the environment secret (shared URL) and the
-# receipt's work item in one statement: atomic on its own, one round trip. A repeated
-# delivery inserts nothing (the unique constraint); one racing it waits for it to commit.
+# The receipt and its work item in one statement: atomic on its own, one round trip. A
+# repeated delivery inserts nothing (the unique constraint); one racing it waits for it
+# to commit.
 _RECEIPT_INSERT = f"""
 WITH receipt AS (
     INSERT INTO {WebhookReceipt._meta.db_table} ({", ".join(_RECEIPT_COLUMNS)})
     VALUES (
         %(provider)s, %(delivery_id)s, %(hook_id)s, %(event)s, %(action)s,
         %(headers)s::jsonb, %(payload)s::jsonb,
-        CASE WHEN %(shared)s::text IS NULL THEN %(repository_ids)s::jsonb ELSE (
-            SELECT coalesce(jsonb_agg(id ORDER BY id), '[]'::jsonb)
-            FROM {Repository._meta.db_table}
-            WHERE external_id = %(shared)s AND webhook_secret = '' AND provider <> %(other)s
-        ) END,
+        %(repository_ids)s::jsonb,
         %(size_bytes)s, %(received)s, '', '', 0, %(now)s, %(intake_ms)s, NULL, 0, NULL
     )
     ON CONFLICT ON CONSTRAINT receipt_unique_delivery DO NOTHING
@@ -287,17 +335,15 @@ def webhook_receipt_record(
     payload: dict[str, Any],
     payload_text: str,
     repository_ids: list[int],
-    shared: bool,
     size_bytes: int,
     started: float,
 ) -> IntakeResult:
     """Insert the receipt and its work item, wake processing on commit; a repeat is a
     duplicate.
 
-    ``shared``: the delivery came to the shared URL and verified with the environment
-    secret; it belongs to the repositories with the payload's id that have no secret of
-    their own, looked up by the INSERT itself. Two identical deliveries racing each other
-    both try the INSERT; the unique constraint makes the second wait for the first to
+    ``repository_ids``: the repositories whose own secret verified the delivery, the
+    only ones processing acts on. Two identical deliveries racing each other both try
+    the INSERT; the unique constraint makes the second wait for the first to
     commit and then insert nothing, so exactly one receipt (and one processing message)
     exists per (provider, hook, delivery).
     """
@@ -312,7 +358,6 @@ def webhook_receipt_record(
             else ""
         )
     )
-    external_id = repository_external_id(provider, payload) if shared else ""
     params = {
         "provider": provider,
         "delivery_id": delivery_id[:300],
@@ -323,9 +368,7 @@ def webhook_receipt_record(
         # processing continues it however late or often it runs.
         "headers": json.dumps({**headers_storable(headers), **tracing.traceparent_header()}),
         "payload": payload_text,
-        "shared": external_id or None,
-        "repository_ids": json.dumps([] if shared else repository_ids),
-        "other": GITLAB if provider == GITHUB else GITHUB,
+        "repository_ids": json.dumps(sorted(repository_ids)),
         "size_bytes": size_bytes,
         "received": WebhookReceipt.Status.RECEIVED,
         "now": timezone.now(),
@@ -373,10 +416,15 @@ def github_intake(
 ) -> IntakeResult:
     """Signature, parse, record: the GitHub delivery in ``body`` (size already checked)."""
     content_type = headers.get("Content-Type", "application/json")
-    repository_ids = github_verify(
-        body=body, signature=headers.get("X-Hub-Signature-256", ""), repository_id=repository_id
+    signature = headers.get("X-Hub-Signature-256", "")
+    github_signature_check(signature)
+    payload, payload_text, repository_ids = _verify_and_parse(
+        GITHUB,
+        body=body,
+        content_type=content_type,
+        repository_id=repository_id,
+        matches=github_matches(body=body, signature=signature),
     )
-    payload, payload_text = payload_parse(body=body, content_type=content_type)
     event = headers.get("X-GitHub-Event", "")
     delivery_id = headers.get("X-GitHub-Delivery", "")
     if not event or not delivery_id:
@@ -392,7 +440,6 @@ def github_intake(
         payload=payload,
         payload_text=payload_text,
         repository_ids=repository_ids,
-        shared=repository_id is None,
         size_bytes=len(body),
         started=started,
     )
@@ -407,10 +454,16 @@ def gitlab_intake(
 ) -> IntakeResult:
     """Token, parse, record: the GitLab delivery in ``body`` (size already checked)."""
     content_type = headers.get("Content-Type", "application/json")
-    repository_ids = gitlab_verify(
-        token=headers.get("X-Gitlab-Token", ""), repository_id=repository_id
+    token = headers.get("X-Gitlab-Token", "")
+    if not token:
+        raise _signature_refused(GITLAB, "missing", "X-Gitlab-Token header is missing")
+    payload, payload_text, repository_ids = _verify_and_parse(
+        GITLAB,
+        body=body,
+        content_type=content_type,
+        repository_id=repository_id,
+        matches=gitlab_matches(token=token),
     )
-    payload, payload_text = payload_parse(body=body, content_type=content_type)
     event = headers.get("X-Gitlab-Event", "") or str(payload.get("object_kind") or "")
     # Idempotency-Key (GitLab 17.4+) survives retries and manual resends; older servers
     # only send the event UUID.
@@ -430,7 +483,6 @@ def gitlab_intake(
         payload=payload,
         payload_text=payload_text,
         repository_ids=repository_ids,
-        shared=repository_id is None,
         size_bytes=len(body),
         started=started,
     )

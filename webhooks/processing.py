@@ -26,15 +26,14 @@ from runs.models import PullRequest, Repository, Task
 from runs.services import (
     CommandRefused,
     IdempotencyConflict,
-    run_approve,
     run_cancel_request,
-    run_reject,
     task_followup,
     task_submit,
 )
 from runs.state import ACTIVE
 from runs.timeline import event_record
 from webhooks import metrics
+from webhooks.decisions import CommentAuthor, ReplyTo, comment_decide, written_at
 from webhooks.intake import GITHUB, GITLAB, repository_external_id
 from webhooks.logs import log
 from webhooks.models import CiResult, WebhookAction, WebhookReceipt
@@ -104,7 +103,10 @@ def _combine(outcomes: Iterable[Outcome]) -> Outcome:
 
 def _for_each_repository(delivery: Delivery, act: Callable[[Repository], Outcome]) -> Outcome:
     if not delivery.repositories:
-        return Outcome.ignored(f"no repository mapped to {delivery.external_id or '(none)'}")
+        return Outcome.ignored(
+            f"no repository proved it owns {delivery.external_id or '(none)'}: a delivery acts "
+            "only on repositories whose own webhook secret signed it"
+        )
     return _combine(act(repository) for repository in delivery.repositories)
 
 
@@ -189,6 +191,8 @@ class CommandTarget:
     issue_task_key: str
     issue_context: str
     source_ref: dict[str, Any]
+    author: CommentAuthor
+    reply: ReplyTo
 
 
 def _command_execute(*, delivery: Delivery, target: CommandTarget, args: str) -> Outcome:
@@ -203,6 +207,7 @@ def _command_execute(*, delivery: Delivery, target: CommandTarget, args: str) ->
             else (
                 Task.objects.filter(
                     workspace_id=target.repository.workspace_id,
+                    repository=target.repository,
                     idempotency_key=target.issue_task_key,
                 ).first()
             )
@@ -212,12 +217,19 @@ def _command_execute(*, delivery: Delivery, target: CommandTarget, args: str) ->
         run = task.runs.order_by("-run_no").first()
         if run is None:
             return Outcome.ignored(f"/agent {verb}: task {task.id} has no run")
+        if verb in {"approve", "reject"}:
+            done, reason = comment_decide(
+                run=run,
+                repository=target.repository,
+                provider=delivery.provider,
+                verb=verb,
+                args=rest,
+                author=target.author,
+                reply=target.reply,
+            )
+            return Outcome.done(reason) if done else Outcome.ignored(reason)
         try:
-            if verb == "approve":
-                run_approve(run=run, by=target.by, comment=rest.strip())
-            elif verb == "reject":
-                run_reject(run=run, by=target.by, comment=rest.strip())
-            elif not run_cancel_request(
+            if not run_cancel_request(
                 run=run, by=target.by, reason=rest.strip() or "cancelled from a comment"
             ):
                 return Outcome.ignored(f"/agent cancel: run {run.run_no} already ended")
@@ -307,6 +319,18 @@ def github_issue_comment(delivery: Delivery) -> Outcome:
                 "comment_id": comment.get("id"),
                 "url": comment.get("html_url", ""),
             },
+            author=CommentAuthor(
+                external_user_id=str(_get(comment, "user", "id", default="")),
+                name=f"github:{login}",
+                written_at=written_at(comment.get("created_at")),
+            ),
+            reply=ReplyTo(
+                repository_id=repository.pk,
+                provider=GITHUB,
+                number=number if isinstance(number, int) else None,
+                merge_request=False,
+                key=f"github:comment:{full_name}:{comment.get('id')}",
+            ),
         )
         return _command_execute(delivery=delivery, target=target, args=match["args"])
 
@@ -595,6 +619,11 @@ def gitlab_issue(delivery: Delivery) -> Outcome:
     )
 
 
+def _gitlab_noteable_iid(noteable: Any, mr: dict[str, Any], issue: dict[str, Any]) -> int | None:
+    iid = (mr if noteable == "MergeRequest" else issue).get("iid")
+    return iid if isinstance(iid, int) else None
+
+
 def gitlab_note(delivery: Delivery) -> Outcome:
     attrs = delivery.payload.get("object_attributes") or {}
     match = COMMAND.match(attrs.get("note") or "")
@@ -634,6 +663,20 @@ def gitlab_note(delivery: Delivery) -> Outcome:
                 "issue_number": issue.get("iid"),
                 "url": attrs.get("url", ""),
             },
+            author=CommentAuthor(
+                external_user_id=str(
+                    _get(delivery.payload, "user", "id", default="") or attrs.get("author_id") or ""
+                ),
+                name=f"gitlab:{username}",
+                written_at=written_at(attrs.get("created_at")),
+            ),
+            reply=ReplyTo(
+                repository_id=repository.pk,
+                provider=GITLAB,
+                number=_gitlab_noteable_iid(noteable, mr, issue),
+                merge_request=noteable == "MergeRequest",
+                key=f"gitlab:note:{path}:{attrs.get('id')}",
+            ),
         )
         return _command_execute(delivery=delivery, target=target, args=match["args"])
 
@@ -705,17 +748,12 @@ GITLAB_HANDLERS: dict[str, Callable[[Delivery], Outcome]] = {
 
 
 def _repositories(receipt: WebhookReceipt) -> list[Repository]:
-    if receipt.repository_ids:
-        rows = Repository.objects.filter(pk__in=receipt.repository_ids)
-    else:
-        # Verified by the environment secret: every repository that relies on it.
-        external_id = repository_external_id(receipt.provider, receipt.payload)
-        if not external_id:
-            return []
-        other = GITLAB if receipt.provider == GITHUB else GITHUB
-        rows = Repository.objects.filter(external_id=external_id, webhook_secret="").exclude(
-            provider=other
-        )
+    """The repositories whose own secret verified the delivery (DESIGN §9: a delivery
+    reaches only repositories that proved they own it); a receipt naming none, as one
+    recorded before routing required that proof, reaches nobody."""
+    if not receipt.repository_ids:
+        return []
+    rows = Repository.objects.filter(pk__in=receipt.repository_ids)
     return list(rows.select_related("workspace").order_by("pk"))
 
 

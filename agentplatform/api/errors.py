@@ -17,7 +17,12 @@ from django.views import defaults
 from rest_framework import exceptions
 from rest_framework.response import Response
 
-from runs.services import ApprovalNotAllowed, CommandRefused, IdempotencyConflict
+from runs.services import (
+    ApprovalNotAllowed,
+    CommandRefused,
+    IdempotencyConflict,
+    IdempotencyKeyReserved,
+)
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 PROBLEM_TYPE_BASE = "urn:agentplatform:problem:"
@@ -67,6 +72,8 @@ def _flat_codes(codes: Any) -> list[str]:
 def _as_api_exception(exc: Exception) -> exceptions.APIException | None:
     if isinstance(exc, IdempotencyConflict):
         return ProblemError(status_code=422, code=exc.code, detail=exc.message)
+    if isinstance(exc, IdempotencyKeyReserved):
+        return ProblemError(status_code=400, code=exc.code, detail=exc.message)
     if isinstance(exc, ApprovalNotAllowed):
         return ProblemError(status_code=403, code=exc.code, detail=exc.message)
     if isinstance(exc, CommandRefused):

@@ -6,7 +6,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerView
 
 from agentplatform.api import stream
-from agentplatform.api.views import operations, root, runs, tasks, workspaces
+from agentplatform.api.views import identities, operations, root, runs, tasks, workspaces
 from agentplatform.api.views.schema import SchemaApi
 
 urlpatterns = [
@@ -41,6 +41,21 @@ urlpatterns = [
     ),
     path("repositories/", workspaces.RepositoryCollectionApi.as_view(), name="api-repositories"),
     path("repositories/<int:pk>/", workspaces.RepositoryDetailApi.as_view(), name="api-repository"),
+    path(
+        "repositories/<int:pk>/webhook-secret/",
+        identities.RepositoryWebhookSecretApi.as_view(),
+        name="api-repository-webhook-secret",
+    ),
+    path(
+        "workspaces/<slug:slug>/identities/",
+        identities.IdentityCollectionApi.as_view(),
+        name="api-workspace-identities",
+    ),
+    path(
+        "workspaces/<slug:slug>/identities/<int:pk>/",
+        identities.IdentityDetailApi.as_view(),
+        name="api-workspace-identity",
+    ),
     path("tokens/", workspaces.TokenCollectionApi.as_view(), name="api-tokens"),
     path("tokens/<int:pk>/", workspaces.TokenDetailApi.as_view(), name="api-token"),
     path("dead-letters/", operations.DeadLetterListApi.as_view(), name="api-dead-letters"),

@@ -66,6 +66,12 @@ class GitProvider(ABC):
                 f"push to {repository.name} failed: {exc}", retryable=True
             ) from exc
 
+    def comment_post(
+        self, *, repository: Repository, number: int, body: str, merge_request: bool = False
+    ) -> None:
+        """Comment on issue (or pull/merge request) ``number`` of the repository."""
+        raise GitProviderError(f"the {self.name} provider cannot comment", retryable=False)
+
     @abstractmethod
     def pull_request_ensure(
         self,

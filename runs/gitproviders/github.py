@@ -187,6 +187,20 @@ class GitHubProvider(GitProvider):
         self._raise_for(response, "update the pull request")
         return self._info(response.json(), head_sha, created=False)
 
+    def comment_post(
+        self, *, repository: Repository, number: int, body: str, merge_request: bool = False
+    ) -> None:
+        # Pull requests are issues to GitHub's comment API.
+        owner, name = github_slug(repository)
+        with self._client() as client:
+            response = self._request(
+                client,
+                "POST",
+                f"/repos/{owner}/{name}/issues/{number}/comments",
+                json={"body": body},
+            )
+        self._raise_for(response, "comment")
+
     @staticmethod
     def _raise_for(response: httpx.Response, doing: str) -> None:
         if response.is_success:

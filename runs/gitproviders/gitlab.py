@@ -82,6 +82,17 @@ class GitLabProvider(GitProvider):
             **kwargs,
         )
 
+    def comment_post(
+        self, *, repository: Repository, number: int, body: str, merge_request: bool = False
+    ) -> None:
+        project = quote(gitlab_project_path(repository), safe="")
+        kind = "merge_requests" if merge_request else "issues"
+        with self._client() as client:
+            response = self._request(
+                client, "POST", f"/projects/{project}/{kind}/{number}/notes", json={"body": body}
+            )
+        self._raise_for(response, "comment")
+
     @staticmethod
     def _raise_for(response: httpx.Response, doing: str) -> None:
         if response.is_success:

@@ -85,13 +85,14 @@ def scope_create(stack: Stack, slug: str, *, max_active_runs: int = 1000) -> Sco
         max_active_runs=max_active_runs,
     )
     github_name = f"chaos/{slug}"
-    # No secret of its own: deliveries come to the shared URL, signed with the
-    # deployment's GITHUB_WEBHOOK_SECRET.
+    # Deliveries come to the shared URL, signed with the repository's own secret: the
+    # proof that routes them to it.
     Repository.objects.create(
         workspace=workspace,
         name="calc-github",
         provider=Repository.Provider.GITHUB,
         external_id=github_name,
+        webhook_secret=WEBHOOK_SECRET,
         clone_url=str(demo.sample_repository_create(origin / "github")),
         test_command=demo.test_command(),
         allowed_commands=demo.allowed_commands(),

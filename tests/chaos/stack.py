@@ -93,7 +93,6 @@ class Stack:
             "WEBHOOK_PROCESS_RETRY_BASE_SECONDS": str(WEBHOOK_RETRY_BASE_SECONDS),
             "GITHUB_API_URL": self.github.url,
             "GITHUB_TOKEN": GITHUB_TOKEN,
-            "GITHUB_WEBHOOK_SECRET": WEBHOOK_SECRET,
             "WEBHOOK_TASK_MODEL_OPTIONS": json.dumps(model_options),
             "MODEL_PROFILES": json.dumps({PROFILE: self.model.profile()}),
             # The burst measures what the API takes, not the throttle.

@@ -140,27 +140,27 @@ class DeadLetterDiscardApi(APIView):
 
 
 def _receipts_visible(request: Request) -> QuerySet[WebhookReceipt]:
-    """Receipts about the caller's repositories; staff see every receipt.
+    """Receipts routed to the caller's repositories; staff see every receipt.
 
-    A receipt belongs to a workspace through the repository its payload names: GitHub's
-    ``repository.full_name`` or GitLab's ``project.path_with_namespace``, matched
-    against ``Repository.external_id``. A delivery naming no registered repository is
-    visible to staff only.
+    A receipt belongs to the repositories whose own webhook secret verified it (its
+    ``repository_ids``), not to whoever claims the repository its payload names: a
+    workspace that registers another's ``external_id`` sees none of its deliveries. A
+    delivery routed to no repository is visible to staff only.
     """
     receipts = WebhookReceipt.objects.order_by("-received_at", "id")
     if request.user.is_staff:
         return receipts
-    external_ids = list(
-        Repository.objects.filter(workspace_id__in=workspace_ids_for(user=request.user))
-        .exclude(external_id="")
-        .values_list("external_id", flat=True)
+    repository_ids = list(
+        Repository.objects.filter(
+            workspace_id__in=workspace_ids_for(user=request.user)
+        ).values_list("pk", flat=True)
     )
-    if not external_ids:
+    if not repository_ids:
         return receipts.none()
-    return receipts.filter(
-        Q(payload__repository__full_name__in=external_ids)
-        | Q(payload__project__path_with_namespace__in=external_ids)
-    )
+    routed = Q()
+    for repository_id in repository_ids:
+        routed |= Q(repository_ids__contains=[repository_id])
+    return receipts.filter(routed)
 
 
 class WebhookReceiptOutputSerializer(serializers.ModelSerializer):

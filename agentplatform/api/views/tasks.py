@@ -17,8 +17,9 @@ from agentplatform.api.rows import ListRows
 from agentplatform.api.scoping import workspace_ids_for
 from agentplatform.api.selectors import repository_of_member, submission_outcome
 from agentplatform.api.strict import StrictInput, ThreadFieldsInput
+from runs.identities import idempotency_key_reserved
 from runs.models import Repository, Task, Workspace
-from runs.services import Submission, task_submit
+from runs.services import IdempotencyKeyReserved, Submission, task_submit
 
 
 class TaskOutputSerializer(serializers.ModelSerializer):
@@ -157,7 +158,9 @@ class TaskCollectionApi(generics.ListAPIView):
                 {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"^\S(.*\S)?$"},
                 OpenApiParameter.HEADER,
                 description="Repeat a submission safely: the same key with the same body "
-                "returns the original response; with a different body, 422.",
+                "returns the original response; with a different body, 422. Keys starting "
+                "with github: or gitlab: are reserved for tasks made from provider events "
+                "(400 idempotency_key_reserved).",
             )
         ],
     )
@@ -165,6 +168,9 @@ class TaskCollectionApi(generics.ListAPIView):
         key = request.headers.get("Idempotency-Key")
         if key is not None and not 1 <= len(key.strip()) <= 200:
             raise ValidationError({"Idempotency-Key": ["must be 1 to 200 characters"]})
+        if idempotency_key_reserved(key):
+            # Before anything else is read: the namespace belongs to provider events.
+            raise IdempotencyKeyReserved()
         serializer = self.CreateInputSerializer(data=request.data, context={"request": request})
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data

@@ -20,6 +20,7 @@ from agentplatform.api.filters import RepositoryFilter, StrictFilterBackend
 from agentplatform.api.pagination import LimitOffsetPagination
 from agentplatform.api.scoping import is_admin_of, request_user, workspace_ids_for
 from agentplatform.api.strict import StrictInput, StrictModelInput
+from agentplatform.api.views.identities import webhook_url
 from runs.models import ApiToken, Membership, Repository, Workspace
 from runs.repositories import CloneUrlRefused, clone_url_check
 
@@ -221,6 +222,10 @@ class RepositoryOutputSerializer(serializers.ModelSerializer):
         slug_field="slug", read_only=True
     )
     has_webhook_secret = serializers.SerializerMethodField()
+    webhook_url = serializers.SerializerMethodField(
+        help_text="Where the provider must send this repository's deliveries, signed with "
+        "its webhook secret (null for local repositories)."
+    )
 
     class Meta:
         model = Repository
@@ -237,12 +242,16 @@ class RepositoryOutputSerializer(serializers.ModelSerializer):
             "allowed_commands",
             "max_active_runs",
             "has_webhook_secret",
+            "webhook_url",
             "created_at",
         ]
         read_only_fields = fields
 
     def get_has_webhook_secret(self, repository: Repository) -> bool:
         return bool(repository.webhook_secret)
+
+    def get_webhook_url(self, repository: Repository) -> str | None:
+        return webhook_url(repository, self.context.get("request"))
 
 
 class RepositoryWriteSerializer(StrictModelInput):
@@ -332,7 +341,9 @@ class RepositoryCollectionApi(generics.ListAPIView):
         if Repository.objects.filter(workspace=workspace, name=data["name"]).exists():
             raise serializers.ValidationError({"name": ["already used in this workspace"]})
         repository = Repository.objects.create(workspace=workspace, **data)
-        return Response(RepositoryOutputSerializer(repository).data, status=201)
+        return Response(
+            RepositoryOutputSerializer(repository, context={"request": request}).data, status=201
+        )
 
 
 class RepositoryDetailApi(APIView):
@@ -346,7 +357,9 @@ class RepositoryDetailApi(APIView):
 
     @extend_schema(operation_id="repositories_retrieve", responses=RepositoryOutputSerializer)
     def get(self, request: Request, pk: int) -> Response:
-        return Response(RepositoryOutputSerializer(self._get(request, pk)).data)
+        return Response(
+            RepositoryOutputSerializer(self._get(request, pk), context={"request": request}).data
+        )
 
     @extend_schema(
         operation_id="repositories_partial_update",
@@ -372,7 +385,7 @@ class RepositoryDetailApi(APIView):
         ):
             raise serializers.ValidationError({"name": ["already used in this workspace"]})
         repository = serializer.save()
-        return Response(RepositoryOutputSerializer(repository).data)
+        return Response(RepositoryOutputSerializer(repository, context={"request": request}).data)
 
     @extend_schema(operation_id="repositories_destroy", responses={204: None, 409: None})
     def delete(self, request: Request, pk: int) -> Response:
