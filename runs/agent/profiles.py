@@ -177,8 +177,6 @@ def _with_catalogue(
         changes["price_cached"] = changes.get("price_input", profile.price_input)
     if "reasoning" not in explicit and entry.get("supports_reasoning"):
         changes["reasoning"] = True
-    if "prompt_caching" not in explicit and profile.provider == "anthropic":
-        changes["prompt_caching"] = bool(entry.get("supports_prompt_caching", True))
     return replace(profile, **changes)
 
 
@@ -204,7 +202,8 @@ def _capabilities(profile: ModelProfile, spec: dict[str, Any]) -> ModelProfile:
         tool_use=bool(spec.get("tool_use", True)),
         sampling=bool(spec.get("sampling", not openai_reasoning)),
         streaming=bool(spec.get("streaming", profile.provider == "anthropic")),
-        prompt_caching=bool(spec.get("prompt_caching", profile.prompt_caching)),
+        # Anthropic caches only what the request marks; the others cache on their own.
+        prompt_caching=bool(spec.get("prompt_caching", profile.provider == "anthropic")),
     )
 
 
@@ -221,7 +220,7 @@ def _default_prices(provider: str) -> tuple[Decimal, Decimal, Decimal]:
 def profile_build(name: str, spec: dict[str, Any]) -> ModelProfile:
     """A profile from its settings entry, completed from the catalogue."""
     prices = spec.get("prices_per_million") or {}
-    explicit = {key for key in ("reasoning", "prompt_caching") if key in spec}
+    explicit = {"reasoning"} & set(spec)
     provider = str(spec.get("provider", "openai"))
     if provider not in PROVIDERS:
         raise ProfileError(

@@ -21,6 +21,7 @@ while it arrives the observer hears about it, throttled.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import re
@@ -54,6 +55,9 @@ with warnings.catch_warnings():
     import litellm
 # The same warning comes again when pydantic first builds those schemas, mid-call.
 warnings.filterwarnings("ignore", message=r"Items? .* (is|are) using the `ReadOnly` qualifier")
+# One line per call at INFO is the library's chatter; the turn's own event says more.
+for _name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
 litellm.suppress_debug_info = True
 litellm.telemetry = False
 
