@@ -20,6 +20,8 @@ while it arrives the observer hears about it, throttled.
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import json
 import logging
 import os
@@ -74,6 +76,7 @@ CONTEXT_LENGTH_HINTS = (
 )
 # LiteLLM reports a 200 reply that is not JSON as a 500 of its own.
 NOT_JSON = re.compile(r"Expecting value|JSONDecodeError|Received response - <APIResponse \[2")
+BYTES_REPR = re.compile(r"^b(['\"]).*\1$", re.DOTALL)
 LITELLM_PREFIX = re.compile(r"^(litellm\.\w+: )+(\w+Exception - |\w+Error - )?")
 
 
@@ -116,7 +119,13 @@ def error_body(exc: Exception) -> str:
             text = response.text
         except Exception:  # a streamed response whose body was never read
             text = ""
-    return (text or LITELLM_PREFIX.sub("", str(getattr(exc, "message", "") or exc)))[:BODY_LIMIT]
+    if not text:
+        text = LITELLM_PREFIX.sub("", str(getattr(exc, "message", "") or exc)).strip()
+        if BYTES_REPR.match(text):
+            # Some of LiteLLM's clients put the body in their message as a bytes literal.
+            with contextlib.suppress(ValueError, SyntaxError, UnicodeDecodeError):
+                text = ast.literal_eval(text).decode("utf-8")
+    return text[:BODY_LIMIT]
 
 
 def error_explained(body: str) -> str:
