@@ -155,3 +155,34 @@ def test_a_gemini_function_call_exchange_round_trips(settings, monkeypatch):
     (call,) = reply.tool_calls
     assert (call.name, call.arguments) == ("replace_text", FIX) and call.id
     assert (reply.usage.tokens_in, reply.usage.tokens_out) == (800, 25)
+
+
+def test_a_model_without_native_tool_calling_gets_tools_and_history_as_text(settings):
+    def script(seen, n):
+        return Turn(
+            text='Fixing.\n<tool_call>{"name": "replace_text", "arguments": %s}</tool_call>'
+            % json.dumps(FIX)
+        )
+
+    with ModelServer("local", script, model="phi-4") as server:
+        profile = _profile(
+            settings,
+            "plain-local",
+            provider="local",
+            model="phi-4",
+            base_url=server.base_url,
+            tool_use=False,
+        )
+        reply = provider_for_profile(profile).complete(
+            messages=CONVERSATION, tools=TOOL_SCHEMAS, purpose="act", turn_index=1
+        )
+
+    body = server.requests[0]
+    assert "tools" not in body
+    assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "user", "user"]
+    assert "<tool_call>" in body["messages"][0]["content"]
+    assert '"replace_text"' in body["messages"][0]["content"]
+    assert '<tool_call>{"name": "read_file"' in body["messages"][2]["content"]
+    assert body["messages"][3]["content"].startswith("Result of tool call toolu_a")
+    assert reply.content == "Fixing."
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == [("replace_text", FIX)]
