@@ -159,10 +159,8 @@ def test_a_gemini_function_call_exchange_round_trips(settings, monkeypatch):
 
 def test_a_model_without_native_tool_calling_gets_tools_and_history_as_text(settings):
     def script(seen, n):
-        return Turn(
-            text='Fixing.\n<tool_call>{"name": "replace_text", "arguments": %s}</tool_call>'
-            % json.dumps(FIX)
-        )
+        block = json.dumps({"name": "replace_text", "arguments": FIX})
+        return Turn(text=f"Fixing.\n<tool_call>{block}</tool_call>")
 
     with ModelServer("local", script, model="phi-4") as server:
         profile = _profile(
