@@ -37,6 +37,7 @@ PROVIDERS = ("openai", "openai-responses", "anthropic", "gemini", "local", "scri
 FREE_PROVIDERS = ("local", "scripted")
 # OpenAI's reasoning models (o-series, gpt-5) refuse temperature and top_p.
 OPENAI_PROVIDERS = ("openai", "openai-responses")
+OPENAI_HOSTED = "https://api.openai.com/"
 REASONING_EFFORTS = ("minimal", "low", "medium", "high")
 
 
@@ -180,6 +181,15 @@ def _with_catalogue(
     return replace(profile, **changes)
 
 
+def _streams_by_default(profile: ModelProfile) -> bool:
+    """Anthropic and OpenAI's own endpoint stream well; a compatible server may not (some
+    drop usage or tool calls from a stream), so it streams when its profile says so."""
+    if profile.provider == "anthropic":
+        return True
+    base_url = profile.base_url or settings.OPENAI_BASE_URL
+    return profile.provider == "openai" and base_url.startswith(OPENAI_HOSTED)
+
+
 def _capabilities(profile: ModelProfile, spec: dict[str, Any]) -> ModelProfile:
     """What the profile states, else what the model's kind implies.
 
@@ -200,8 +210,13 @@ def _capabilities(profile: ModelProfile, spec: dict[str, Any]) -> ModelProfile:
         reasoning=reasoning,
         reasoning_effort=effort if reasoning else "",
         tool_use=bool(spec.get("tool_use", True)),
-        sampling=bool(spec.get("sampling", not openai_reasoning)),
-        streaming=bool(spec.get("streaming", profile.provider == "anthropic")),
+        # Anthropic's extended thinking (what an effort turns on) refuses temperature too.
+        sampling=bool(
+            spec.get(
+                "sampling", not (openai_reasoning or (effort and profile.provider == "anthropic"))
+            )
+        ),
+        streaming=bool(spec.get("streaming", _streams_by_default(profile))),
         # Anthropic caches only what the request marks; the others cache on their own.
         prompt_caching=bool(spec.get("prompt_caching", profile.provider == "anthropic")),
     )

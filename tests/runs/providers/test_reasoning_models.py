@@ -189,3 +189,31 @@ def test_a_local_servers_reasoning_content_is_kept_and_costs_nothing(settings):
     assert reply.to_json()["reasoning"] == "The bug is the minus sign."
     assert profile.cost(1_000_000, 1_000_000) == 0
     assert server.requests[0]["model"] == "Qwen/QwQ-32B"
+
+
+def test_capabilities_follow_the_model_unless_the_profile_states_them(settings):
+    settings.MODEL_PROFILES = {
+        **settings.MODEL_PROFILES,
+        "thinking-claude": {
+            "provider": "anthropic",
+            "model": "claude-sonnet-4-5",
+            "reasoning": True,
+            "reasoning_effort": "low",
+        },
+        "sampled-o3": {"provider": "openai", "model": "o3-mini", "sampling": True},
+    }
+
+    settings.OPENAI_BASE_URL = "https://api.openai.com/v1"
+    o3 = profile_get("openai:o3-mini")
+    assert (o3.reasoning, o3.reasoning_effort, o3.sampling) == (True, "medium", False)
+    assert o3.streaming and not o3.prompt_caching
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:8000/v1"  # a compatible server
+    assert not profile_get("openai:o3-mini").streaming
+    gpt4o = profile_get("openai:gpt-4o")
+    assert (gpt4o.reasoning, gpt4o.reasoning_effort, gpt4o.sampling) == (False, "", True)
+    claude = profile_get("thinking-claude")
+    assert (claude.reasoning_effort, claude.sampling) == ("low", False)
+    assert claude.streaming and claude.prompt_caching
+    assert profile_get("sampled-o3").sampling is True
+    assert profile_get("scripted").cost(10**6, 10**6) == 0
+    assert profile_get("local").cost(10**6, 10**6) == 0
