@@ -389,27 +389,52 @@ OPENAI_DEFAULT_MODEL = _env_value("OPENAI_DEFAULT_MODEL", str, "gpt-4o-mini")
 OPENAI_TIMEOUT_SECONDS = _env_value("OPENAI_TIMEOUT_SECONDS", float, 120.0)
 OPENAI_MAX_RETRIES = _env_value("OPENAI_MAX_RETRIES", int, 4)
 OPENAI_RETRY_BACKOFF_SECONDS = _env_value("OPENAI_RETRY_BACKOFF_SECONDS", float, 1.0)
-# Named model profiles (JSON object of name -> profile), merged over the two built in.
-# A profile: provider ("openai" for any Chat Completions endpoint, or "scripted"),
+# Named model profiles (JSON object of name -> profile), merged over the ones built in.
+# A profile: provider (openai: Chat Completions; openai-responses; anthropic; gemini;
+# local: an OpenAI-compatible server such as vLLM, Ollama or llama.cpp; scripted),
 # model, base_url, api_key_env (the NAME of the variable holding the key),
 # context_window, max_output_tokens, prices_per_million {input, output, cached},
-# text_tool_calls. Unset windows and prices come from the model catalogue.
+# text_tool_calls, and capabilities: reasoning, reasoning_effort, tool_use, sampling,
+# streaming, prompt_caching. Unset windows, prices and capabilities come from the model
+# catalogue and the provider (runs/agent/profiles.py).
 _model_profiles = _env_value("MODEL_PROFILES", str, "{}")
 try:
     MODEL_PROFILES = {
+        # The scripted model costs nothing: it is no paid endpoint.
         "scripted": {
             "provider": "scripted",
             "model": "scripted-1",
             "context_window": 32_768,
             "max_output_tokens": 4_096,
-            "prices_per_million": {"input": "0.50", "output": "1.50"},
         },
         # Blank model and base URL follow OPENAI_DEFAULT_MODEL and OPENAI_BASE_URL.
         "openai": {"provider": "openai", "api_key_env": "OPENAI_API_KEY"},
+        "openai-responses": {
+            "provider": "openai-responses",
+            "model": "o4-mini",
+            "api_key_env": "OPENAI_API_KEY",
+        },
+        "anthropic": {
+            "provider": "anthropic",
+            "model": "claude-sonnet-4-5",
+            "api_key_env": "ANTHROPIC_API_KEY",
+        },
+        "gemini": {
+            "provider": "gemini",
+            "model": "gemini-2.5-flash",
+            "api_key_env": "GEMINI_API_KEY",
+        },
+        "local": {
+            "provider": "local",
+            "model": "qwen2.5-coder",
+            "base_url": "http://127.0.0.1:8000/v1",
+        },
         **_json.loads(_model_profiles),
     }
 except (ValueError, TypeError) as exc:
     raise ImproperlyConfigured(f"Invalid value for MODEL_PROFILES: {exc}") from exc
+# A streamed reply reports its progress on the timeline at most this often.
+MODEL_STREAM_PROGRESS_SECONDS = _env_value("MODEL_STREAM_PROGRESS_SECONDS", float, 5.0)
 # max_tokens asked of any model, whatever its catalogue entry allows.
 MODEL_MAX_OUTPUT_TOKENS_CAP = _env_value("MODEL_MAX_OUTPUT_TOKENS_CAP", int, 8_192)
 # Condense older tool outputs once the conversation reaches this share of the window.

@@ -187,6 +187,7 @@ CATALOG: list[EventType] = [
             "finish_reason": STR,
             "usage_estimated": BOOL,
             "problem": STR,
+            "reasoning_chars": INT,
         },
     ),
     _e(
@@ -195,6 +196,27 @@ CATALOG: list[EventType] = [
         "it was answered with what to fix and counts against the model_errors budget.",
         required={"turn_no": INT, "problem": STR},
         optional={"step_no": INT, "finish_reason": STR, "tool_calls": STR_LIST},
+    ),
+    _e(
+        "agent.model.request.retried",
+        "A model request failed transiently (rate limit, server error, no reply, lost "
+        "connection) and is sent again after the back-off given.",
+        required={"turn_no": INT, "attempt": INT, "wait_seconds": NUM, "error": STR},
+        optional={"step_no": INT, "status": INT, "retry_after": BOOL, "purpose": STR},
+    ),
+    _e(
+        "agent.model.request.failed",
+        "A model request failed: refused (error is the provider's explanation) or still "
+        "failing after its retries (retryable: the step is retried later).",
+        required={"turn_no": INT, "error": STR, "retryable": BOOL},
+        optional={"step_no": INT, "status": INT, "attempts": INT, "purpose": STR},
+    ),
+    _e(
+        "agent.model.stream.progress",
+        "A streamed model reply is arriving (reported at most every "
+        "MODEL_STREAM_PROGRESS_SECONDS).",
+        required={"turn_no": INT, "chunks": INT, "chars": INT},
+        optional={"step_no": INT, "elapsed_ms": INT, "purpose": STR},
     ),
     _e(
         "agent.context.condensed",

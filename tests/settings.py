@@ -57,3 +57,13 @@ STORAGES = {
 }
 # WhiteNoise warns (an error here) about a static root that does not exist yet.
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405
+
+# The scripted model is free; spend and cost budgets are tested with a priced copy.
+MODEL_PROFILES = {
+    **MODEL_PROFILES,  # noqa: F405
+    "scripted-priced": {
+        "provider": "scripted",
+        "model": "scripted-1",
+        "prices_per_million": {"input": "0.50", "output": "1.50"},
+    },
+}

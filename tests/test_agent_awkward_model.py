@@ -252,8 +252,9 @@ def test_model_errors_budget_ends_the_run(workspace, repository, settings):
         run = run_drive_inline(run_id=submission.run.id)
 
     assert (run.status, run.failure_reason) == (Run.Status.FAILED, "budget_model_errors")
-    assert ModelTurn.objects.filter(run=run, problem="text_only").count() == 4
-    assert len(server.requests) == 5  # the plan and four acting turns, all stored
+    # Exactly the limit: the third bad reply ends the run, no fourth is bought.
+    assert ModelTurn.objects.filter(run=run, problem="text_only").count() == 3
+    assert len(server.requests) == 4  # the plan and three acting turns, all stored
 
 
 def test_second_context_refusal_fails_with_context_exhausted(workspace, repository, settings):

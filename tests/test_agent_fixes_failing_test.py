@@ -20,7 +20,7 @@ def test_scripted_fix_ends_with_a_verified_pull_request(workspace, repository):
         workspace=workspace,
         repository=repository,
         instruction="Fix add()",
-        model_options={"provider": "scripted", "script": demo.fix_script()},
+        model_options={"provider": "scripted-priced", "script": demo.fix_script()},
     )
 
     run = run_drive_inline(run_id=submission.run.id)

@@ -63,7 +63,11 @@ def test_budget_exhaustion_fails_with_its_reason(workspace, repository, budget):
         repository=repository,
         instruction="Fix add()",
         budget=limits,
-        model_options={"provider": "scripted", "script": script},
+        # The scripted model is free: the cost budget is spent by a priced copy of it.
+        model_options={
+            "provider": "scripted-priced" if budget == "cost_usd" else "scripted",
+            "script": script,
+        },
     )
 
     run = run_drive_inline(run_id=submission.run.id)

@@ -77,7 +77,7 @@ def test_a_run_spends_what_its_stored_turns_cost(workspace, repository) -> None:
         workspace=workspace,
         repository=repository,
         instruction="Fix add()",
-        model_options={"provider": "scripted", "script": demo.fix_script()},
+        model_options={"provider": "scripted-priced", "script": demo.fix_script()},
     )
     run = run_drive_inline(run_id=submission.run.id)
     # A duplicated wake-up of the finished run records nothing more.

@@ -100,7 +100,7 @@ def test_a_run_moves_task_run_step_and_tool_counters(client, workspace, reposito
         workspace=workspace,
         repository=repository,
         instruction="Fix add()",
-        model_options={"provider": "scripted", "script": demo.fix_script()},
+        model_options={"provider": "scripted-priced", "script": demo.fix_script()},
     )
     run = run_drive_inline(run_id=submission.run.id)
     assert run.status == Run.Status.COMPLETED, (run.failure_reason, run.failure_detail)
@@ -113,7 +113,7 @@ def test_a_run_moves_task_run_step_and_tool_counters(client, workspace, reposito
         moved("agent_tasks_submitted_total", task_type="change", risk_level="low", source="api")
         == 1
     )
-    assert moved("agent_runs_started_total", model_profile="scripted") == 1
+    assert moved("agent_runs_started_total", model_profile="scripted-priced") == 1
     assert moved("agent_runs_completed_total", outcome="completed") == 1
     assert moved("agent_run_duration_seconds_count") == 1
     assert moved("agent_step_duration_seconds_count", step="running") >= 1

@@ -1,10 +1,16 @@
-"""Model profiles: which endpoint, model, window, output limit and prices a run uses.
+"""Model profiles: which endpoint, model, window, output limit, prices and capabilities.
 
 A profile is named in settings (``MODEL_PROFILES``) and chosen per task, repository or
-workspace, in that order, falling back to ``AGENT_MODEL``. Prices and context windows
-come from the model catalogue LiteLLM maintains (shipped as ``model_prices.json`` in
-the ``tokencost`` package), so a dated name such as ``gpt-4o-2024-08-06`` costs what
-``gpt-4o`` costs; anything a profile states itself overrides the catalogue.
+workspace, in that order, falling back to ``AGENT_MODEL``. Prices, context windows and
+capabilities come from the model catalogue LiteLLM maintains (shipped as
+``model_prices.json`` in the ``tokencost`` package), so a dated name such as
+``gpt-4o-2024-08-06`` costs what ``gpt-4o`` costs; anything a profile states itself
+overrides the catalogue.
+
+``provider`` names the protocol: ``openai`` (Chat Completions), ``openai-responses``
+(the Responses API), ``anthropic`` (Messages), ``gemini`` (generateContent), ``local``
+(an OpenAI-compatible server such as vLLM, Ollama or llama.cpp: free unless priced) and
+``scripted`` (the demo's model: free).
 """
 
 from __future__ import annotations
@@ -26,6 +32,13 @@ DEFAULT_MAX_OUTPUT_TOKENS = 4_096
 # What an unknown model costs, so a missing price never makes a run free.
 DEFAULT_PRICES = (Decimal("1.00"), Decimal("3.00"), Decimal("0.50"))
 DATE_SUFFIX = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-\d{4})$")
+PROVIDERS = ("openai", "openai-responses", "anthropic", "gemini", "local", "scripted")
+# Providers whose models cost nothing unless the profile states a price.
+FREE_PROVIDERS = ("local", "scripted")
+# OpenAI's reasoning models (o-series, gpt-5) refuse temperature and top_p.
+OPENAI_PROVIDERS = ("openai", "openai-responses")
+OPENAI_HOSTED = "https://api.openai.com/"
+REASONING_EFFORTS = ("minimal", "low", "medium", "high")
 
 
 class ProfileError(ValueError):
@@ -47,6 +60,13 @@ class ModelProfile:
     # Templates (Hermes, Qwen) that write tool calls as <tool_call> blocks in the text.
     text_tool_calls: bool = False
     catalogue_name: str = ""
+    # Capabilities: what the request may carry and how the reply arrives.
+    reasoning: bool = False
+    reasoning_effort: str = ""
+    tool_use: bool = True
+    sampling: bool = True
+    streaming: bool = False
+    prompt_caching: bool = False
 
     def cost(self, tokens_in: int, tokens_out: int, tokens_cached: int = 0) -> Decimal:
         """US dollars for one reply; cached prompt tokens are billed at the cached price."""
@@ -81,6 +101,14 @@ class ModelProfile:
             },
             "text_tool_calls": self.text_tool_calls,
             "catalogue_name": self.catalogue_name,
+            "capabilities": {
+                "reasoning": self.reasoning,
+                "reasoning_effort": self.reasoning_effort,
+                "tool_use": self.tool_use,
+                "sampling": self.sampling,
+                "streaming": self.streaming,
+                "prompt_caching": self.prompt_caching,
+            },
         }
 
 
@@ -133,30 +161,93 @@ def _with_catalogue(
     output = entry.get("max_output_tokens")
     if "max_output_tokens" not in explicit and output:
         changes["max_output_tokens"] = min(int(output), settings.MODEL_MAX_OUTPUT_TOKENS_CAP)
+    priced = profile.provider not in FREE_PROVIDERS
     for field_name, key in (
         ("price_input", "input_cost_per_token"),
         ("price_output", "output_cost_per_token"),
         ("price_cached", "cache_read_input_token_cost"),
     ):
         price = _per_million(entry.get(key))
-        if field_name not in explicit and price is not None:
+        if priced and field_name not in explicit and price is not None:
             changes[field_name] = price
-    if "price_cached" not in explicit and entry.get("cache_read_input_token_cost") is None:
+    if (
+        priced
+        and "price_cached" not in explicit
+        and entry.get("cache_read_input_token_cost") is None
+    ):
         changes["price_cached"] = changes.get("price_input", profile.price_input)
+    if "reasoning" not in explicit and entry.get("supports_reasoning"):
+        changes["reasoning"] = True
     return replace(profile, **changes)
+
+
+def _streams_by_default(profile: ModelProfile) -> bool:
+    """Anthropic and OpenAI's own endpoint stream well; a compatible server may not (some
+    drop usage or tool calls from a stream), so it streams when its profile says so."""
+    if profile.provider == "anthropic":
+        return True
+    base_url = profile.base_url or settings.OPENAI_BASE_URL
+    return profile.provider == "openai" and base_url.startswith(OPENAI_HOSTED)
+
+
+def _capabilities(profile: ModelProfile, spec: dict[str, Any]) -> ModelProfile:
+    """What the profile states, else what the model's kind implies.
+
+    OpenAI's reasoning models take ``max_completion_tokens`` and ``reasoning_effort``
+    and refuse sampling parameters; other providers' reasoning is asked for only when
+    the profile names an effort.
+    """
+    reasoning = bool(spec.get("reasoning", profile.reasoning))
+    openai_reasoning = reasoning and profile.provider in OPENAI_PROVIDERS
+    effort = str(spec.get("reasoning_effort") or ("medium" if openai_reasoning else ""))
+    if effort and effort not in REASONING_EFFORTS:
+        raise ProfileError(
+            f"profile {profile.name!r}: reasoning_effort must be one of "
+            f"{', '.join(REASONING_EFFORTS)}, not {effort!r}"
+        )
+    return replace(
+        profile,
+        reasoning=reasoning,
+        reasoning_effort=effort if reasoning else "",
+        tool_use=bool(spec.get("tool_use", True)),
+        # Anthropic's extended thinking (what an effort turns on) refuses temperature too.
+        sampling=bool(
+            spec.get(
+                "sampling", not (openai_reasoning or (effort and profile.provider == "anthropic"))
+            )
+        ),
+        streaming=bool(spec.get("streaming", _streams_by_default(profile))),
+        # Anthropic caches only what the request marks; the others cache on their own.
+        prompt_caching=bool(spec.get("prompt_caching", profile.provider == "anthropic")),
+    )
 
 
 def _default_model(spec: dict[str, Any]) -> str:
     return settings.OPENAI_DEFAULT_MODEL if spec.get("provider", "openai") == "openai" else ""
 
 
+def _default_prices(provider: str) -> tuple[Decimal, Decimal, Decimal]:
+    if provider in FREE_PROVIDERS:
+        return (Decimal(0), Decimal(0), Decimal(0))
+    return DEFAULT_PRICES
+
+
 def profile_build(name: str, spec: dict[str, Any]) -> ModelProfile:
     """A profile from its settings entry, completed from the catalogue."""
     prices = spec.get("prices_per_million") or {}
-    explicit = set()
+    explicit = {"reasoning"} & set(spec)
+    provider = str(spec.get("provider", "openai"))
+    if provider not in PROVIDERS:
+        raise ProfileError(
+            f"profile {name!r}: unknown provider {provider!r}; known: {', '.join(PROVIDERS)}"
+        )
+    default_input, default_output, default_cached = _default_prices(provider)
     fields: dict[str, Any] = {
         "name": name,
-        "provider": str(spec.get("provider", "openai")),
+        "provider": provider,
+        "price_input": default_input,
+        "price_output": default_output,
+        "price_cached": default_cached,
         "model": str(spec.get("model") or _default_model(spec)),
         "base_url": str(spec.get("base_url", "")),
         "api_key_env": str(spec.get("api_key_env", "")),
@@ -178,7 +269,9 @@ def profile_build(name: str, spec: dict[str, Any]) -> ModelProfile:
         fields["price_cached"] = fields["price_input"]
     profile = ModelProfile(**fields)
     entry = catalogue_entry(profile.model) if profile.model else None
-    return _with_catalogue(profile, entry, explicit) if entry else profile
+    if entry:
+        profile = _with_catalogue(profile, entry, explicit)
+    return _capabilities(profile, spec)
 
 
 def profile_get(name: str) -> ModelProfile:

@@ -25,10 +25,20 @@ from runs.agent.tools import tool_call_problem
 from runs.engine import StepContext, StepFailed, TransientStepError
 from runs.models import ModelTurn, Run
 from runs.providers import ModelReply, provider_for_profile
-from runs.providers.base import ContextLengthExceeded, ModelError, ReplayDiverged
+from runs.providers.base import (
+    ContextLengthExceeded,
+    ModelError,
+    ProviderObserver,
+    ReplayDiverged,
+    RetryNotice,
+    StreamProgress,
+)
 from runs.spend import workspace_spend_add
 
 PROBLEM_EVENT = "agent.model.error"
+RETRIED_EVENT = "agent.model.request.retried"
+FAILED_EVENT = "agent.model.request.failed"
+PROGRESS_EVENT = "agent.model.stream.progress"
 
 
 def model_profile(ctx: StepContext) -> str:
@@ -40,6 +50,65 @@ def profile_for(ctx: StepContext) -> ModelProfile:
         return profile_get(model_profile(ctx))
     except ProfileError as exc:
         raise StepFailed("model_profile_unknown", str(exc)) from exc
+
+
+def _record_now(ctx: StepContext, type: str, data: dict[str, Any]) -> None:
+    """Put one event on the timeline at once, while the call it reports is still going.
+
+    Only this event is committed: what the step buffered so far belongs to the step's
+    own commit (its rows are not written yet).
+    """
+    buffered, ctx.events = ctx.events, []
+    try:
+        ctx.emit(type, data)
+        with ctx.fenced():
+            pass
+    finally:
+        ctx.events = buffered + ctx.events
+
+
+def _observer(ctx: StepContext, *, turn_no: int, purpose: str) -> ProviderObserver:
+    where = {"step_no": ctx.step_no, "turn_no": turn_no, "purpose": purpose}
+
+    def retried(notice: RetryNotice) -> None:
+        _record_now(
+            ctx,
+            RETRIED_EVENT,
+            {
+                **where,
+                "attempt": notice.attempt,
+                "status": notice.status,
+                "error": notice.error,
+                "wait_seconds": notice.wait_seconds,
+                "retry_after": notice.retry_after,
+            },
+        )
+
+    def progressed(progress: StreamProgress) -> None:
+        _record_now(
+            ctx,
+            PROGRESS_EVENT,
+            {
+                **where,
+                "chunks": progress.chunks,
+                "chars": progress.chars,
+                "elapsed_ms": progress.elapsed_ms,
+            },
+        )
+
+    return ProviderObserver(retry=retried, progress=progressed)
+
+
+def _failed(ctx: StepContext, exc: ModelError, *, turn_no: int, purpose: str) -> dict[str, Any]:
+    return {
+        "step_no": ctx.step_no,
+        "turn_no": turn_no,
+        "purpose": purpose,
+        "status": exc.status,
+        "error": str(exc)[:2000],
+        "retryable": exc.retryable,
+        "attempts": exc.attempts,
+    }
 
 
 def reply_problem(reply: ModelReply, tools: list[dict[str, Any]], purpose: str) -> str:
@@ -83,7 +152,10 @@ def turn_obtain(
     options = {**ctx.task.model_options, "run_no": ctx.run.run_no}
     profile = profile_for(ctx)
     provider = provider_for_profile(
-        profile, options=options, turn_key=f"{ctx.run.pk}:{ctx.step_no}:{turn_no}"
+        profile,
+        options=options,
+        turn_key=f"{ctx.run.pk}:{ctx.step_no}:{turn_no}",
+        observer=_observer(ctx, turn_no=turn_no, purpose=purpose),
     )
     started = time.monotonic()
     try:
@@ -93,12 +165,16 @@ def turn_obtain(
     except ContextLengthExceeded as exc:
         if condense_on_refusal:
             raise
+        ctx.emit(FAILED_EVENT, _failed(ctx, exc, turn_no=turn_no, purpose=purpose))
         raise StepFailed("context_exhausted", str(exc)) from exc
     except ReplayDiverged as exc:
         raise StepFailed("replay_diverged", str(exc)) from exc
     except ModelError as exc:
         if exc.retryable:
+            # The step is rolled back and retried: the event is committed on its own.
+            _record_now(ctx, FAILED_EVENT, _failed(ctx, exc, turn_no=turn_no, purpose=purpose))
             raise TransientStepError(str(exc)) from exc
+        ctx.emit(FAILED_EVENT, _failed(ctx, exc, turn_no=turn_no, purpose=purpose))
         raise StepFailed("model_error", str(exc)) from exc
     latency_ms = int((time.monotonic() - started) * 1000)
     model = reply.model or provider.model
@@ -173,6 +249,7 @@ def turn_obtain(
                 "finish_reason": reply.finish_reason,
                 "usage_estimated": usage.estimated,
                 "problem": problem,
+                **({"reasoning_chars": len(reply.reasoning)} if reply.reasoning else {}),
             },
         )
         if problem:
@@ -188,5 +265,7 @@ def turn_obtain(
             )
     ctx.run.cost_usd += cost
     if problem:
-        budget_enforce(ctx, "model_errors")
+        # The reply that reaches the limit is the last one paid for: with a limit of 8,
+        # the 8th bad reply ends the run rather than buying a 9th.
+        budget_enforce(ctx, "model_errors", headroom=1)
     return reply

@@ -7,40 +7,43 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from runs.providers.base import ModelProvider, ModelReply, ModelUsage, ToolCallRequest
+from runs.providers.base import (
+    ModelProvider,
+    ModelReply,
+    ModelUsage,
+    ProviderObserver,
+    ToolCallRequest,
+)
 
 if TYPE_CHECKING:
     from runs.agent.profiles import ModelProfile
 
 
 def provider_for_profile(
-    profile: ModelProfile, *, options: dict | None = None, turn_key: str = ""
+    profile: ModelProfile,
+    *,
+    options: dict | None = None,
+    turn_key: str = "",
+    observer: ProviderObserver | None = None,
 ) -> ModelProvider:
     """The provider a model profile describes; its key is read from the named variable.
 
-    ``turn_key`` names the turn asked (``run:step:turn``) to endpoints that take one.
+    ``turn_key`` names the turn asked (``run:step:turn``) to endpoints that take one;
+    ``observer`` hears of retries and of a streamed reply's progress.
     """
     options = options or {}
     if profile.provider == "scripted":
         from runs.providers.scripted import ScriptedProvider
 
         return ScriptedProvider(script=options.get("script"), run_no=options.get("run_no", 1))
-    if profile.provider == "openai":
-        from runs.providers.openai_chat import OpenAIChatProvider
+    # LiteLLM takes seconds to import: only the processes that call a model pay for it.
+    from runs.providers.llm import LiteLLMProvider
 
-        api_key = os.environ.get(profile.api_key_env, "") if profile.api_key_env else ""
-        if not api_key and profile.api_key_env == "OPENAI_API_KEY":
-            api_key = settings.OPENAI_API_KEY
-        return OpenAIChatProvider(
-            model=profile.model or None,
-            base_url=profile.base_url or None,
-            # Never fall back to another endpoint's key: a local server needs none.
-            api_key=api_key or "not-needed",
-            max_tokens=profile.max_output_tokens,
-            text_tool_calls=profile.text_tool_calls,
-            turn_key=turn_key,
-        )
-    raise ValueError(f"unknown model provider {profile.provider!r} in profile {profile.name!r}")
+    api_key = os.environ.get(profile.api_key_env, "") if profile.api_key_env else ""
+    if not api_key and profile.api_key_env == "OPENAI_API_KEY":
+        api_key = settings.OPENAI_API_KEY
+    # Never fall back to another endpoint's key: a local server needs none.
+    return LiteLLMProvider(profile, api_key=api_key, turn_key=turn_key, observer=observer)
 
 
 def provider_for(name: str, *, options: dict | None = None) -> ModelProvider:
@@ -58,6 +61,7 @@ __all__ = [
     "ModelProvider",
     "ModelReply",
     "ModelUsage",
+    "ProviderObserver",
     "ToolCallRequest",
     "provider_for",
     "provider_for_profile",

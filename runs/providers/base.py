@@ -3,16 +3,32 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 
 class ModelError(Exception):
-    """The model endpoint failed; ``retryable`` says whether asking again may help."""
+    """The model endpoint failed; ``retryable`` says whether asking again may help.
 
-    def __init__(self, message: str, *, retryable: bool) -> None:
+    ``status`` is the HTTP status (0 when there was none) and ``body`` what the endpoint
+    answered, so the operator reads the provider's own explanation.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int = 0,
+        body: str = "",
+        attempts: int = 1,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.status = status
+        self.body = body
+        self.attempts = attempts
 
 
 class ReplayDiverged(ModelError):
@@ -25,8 +41,36 @@ class ReplayDiverged(ModelError):
 class ContextLengthExceeded(ModelError):
     """The endpoint refused the request because it does not fit the model's window."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message, retryable=False)
+    def __init__(self, message: str, *, status: int = 0, body: str = "") -> None:
+        super().__init__(message, retryable=False, status=status, body=body)
+
+
+@dataclass(frozen=True)
+class RetryNotice:
+    """A request that failed transiently and is about to be sent again."""
+
+    attempt: int
+    status: int
+    error: str
+    wait_seconds: float
+    retry_after: bool = False
+
+
+@dataclass(frozen=True)
+class StreamProgress:
+    """How much of a streamed reply has arrived so far."""
+
+    chunks: int
+    chars: int
+    elapsed_ms: int
+
+
+@dataclass
+class ProviderObserver:
+    """Where a provider reports what happens during one call (the timeline, in a run)."""
+
+    retry: Callable[[RetryNotice], None] = lambda notice: None
+    progress: Callable[[StreamProgress], None] = lambda progress: None
 
 
 @dataclass
@@ -56,6 +100,9 @@ class ModelReply:
     model: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
     finish_reason: str = ""
+    # What a reasoning model said it thought (reasoning_content, thinking blocks):
+    # kept with the turn for the operator, never sent back.
+    reasoning: str = ""
 
     def to_json(self) -> dict[str, Any]:
         calls = []
@@ -76,6 +123,8 @@ class ModelReply:
             data["usage"]["estimated"] = True
         if self.finish_reason:
             data["finish_reason"] = self.finish_reason
+        if self.reasoning:
+            data["reasoning"] = self.reasoning
         return data
 
     @classmethod
@@ -95,6 +144,7 @@ class ModelReply:
             usage=ModelUsage(**data.get("usage", {})),
             model=data.get("model", ""),
             finish_reason=data.get("finish_reason", ""),
+            reasoning=data.get("reasoning", ""),
         )
 
 

@@ -7,13 +7,18 @@ from runs.agent.turns import turn_obtain
 from runs.engine import Outcome, StepContext
 from runs.steps.common import S
 
+PROCEED = "Carry out the plan with the tools; call finish when the task is done."
+
 
 def step_planning(ctx: StepContext) -> Outcome:
     messages = list(ctx.checkpoint["messages"])
     ask = [*messages, {"role": "user", "content": "Write a short plan before acting."}]
     reply = turn_obtain(ctx, turn_no=0, purpose="plan", messages=ask, tools=[], turn_index=0)
     plan = artifact_create(run=ctx.run, kind="plan", name="plan", content=reply.content)
+    # The conversation sent next must end with the user's turn: a trailing assistant
+    # message is a prefill to Anthropic-style endpoints, which would continue the plan.
     messages.append({"role": "assistant", "content": f"Plan:\n{reply.content}"})
+    messages.append({"role": "user", "content": PROCEED})
     ctx.checkpoint["messages"] = messages
     ctx.emit("agent.plan.created", {"artifact_id": str(plan.id), "summary": reply.content[:300]})
     return Outcome(to=S.RUNNING)
