@@ -102,8 +102,7 @@ def address_kind(address: IPAddress) -> str:
         return "metadata service"
     inner = _embedded_ipv4(address)
     if inner is not None:
-        kind = address_kind(inner)
-        return f"{kind} (inside an IPv6 address)" if kind else ""
+        return address_kind(inner)
     for kind, flag in (
         ("unspecified", address.is_unspecified),
         ("loopback", address.is_loopback),
@@ -130,15 +129,19 @@ def _refusal(host: str, address: IPAddress) -> str:
     kind = address_kind(address)
     if not kind:
         return ""
-    if kind != "metadata service" and (
-        _host_internal(host) or any(address in n for n in _internal_networks())
-    ):
+    metadata = kind == "metadata service"
+    if not metadata and (_host_internal(host) or any(address in n for n in _internal_networks())):
         return ""
-    named = f"{host!r} resolves to {address}" if host != str(address) else f"{host!r}"
-    allow = "" if kind == "metadata service" else " (GIT_INTERNAL_HOSTS / GIT_INTERNAL_NETWORKS)"
+    named = f"{host!r} resolves to {address}" if host.strip("[]") != str(address) else f"{host!r}"
+    inside = " (an IPv4 address inside an IPv6 one)" if _embedded_ipv4(address) else ""
+    allow = (
+        ""
+        if metadata
+        else " unless the operator allows it (GIT_INTERNAL_HOSTS / GIT_INTERNAL_NETWORKS)"
+    )
     return (
-        f"{named}, a {kind} address: clone URLs may not reach the platform's own network "
-        f"unless the operator allows it{allow}"
+        f"{named}, a {kind} address{inside}: clone URLs may not reach the platform's own "
+        f"network{allow}"
     )
 
 
