@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -117,7 +118,21 @@ def address_kind(address: IPAddress) -> str:
 
 
 def _internal_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-    return [ipaddress.ip_network(n, strict=False) for n in settings.GIT_INTERNAL_NETWORKS if n]
+    try:
+        return [ipaddress.ip_network(n, strict=False) for n in settings.GIT_INTERNAL_NETWORKS if n]
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"Invalid value for GIT_INTERNAL_NETWORKS: {exc}") from exc
+
+
+def allowed_schemes() -> set[str]:
+    """``GIT_ALLOWED_SCHEMES``, of which only https, http and ssh can ever be allowed."""
+    schemes = {s.strip().lower() for s in settings.GIT_ALLOWED_SCHEMES if s.strip()}
+    if schemes - NETWORK_SCHEMES:
+        raise ImproperlyConfigured(
+            f"Invalid value for GIT_ALLOWED_SCHEMES: {sorted(schemes - NETWORK_SCHEMES)} "
+            f"(only {', '.join(sorted(NETWORK_SCHEMES))})"
+        )
+    return schemes
 
 
 def _host_internal(host: str) -> bool:
@@ -198,7 +213,7 @@ def connection_for(url: str) -> Connection:
     endpoint = endpoint_of(url)
     if endpoint is None:
         return Connection(protocol="file")
-    if endpoint.scheme not in settings.GIT_ALLOWED_SCHEMES:
+    if endpoint.scheme not in allowed_schemes():
         raise AddressRefused(f"{endpoint.scheme} is not in GIT_ALLOWED_SCHEMES")
     addresses = endpoint_check(endpoint)
     literal = _literal(endpoint.host)

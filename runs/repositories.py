@@ -22,7 +22,13 @@ from urllib.parse import urlparse
 
 from django.conf import settings
 
-from runs.git_network import SCP_LIKE, AddressRefused, endpoint_check, endpoint_of
+from runs.git_network import (
+    SCP_LIKE,
+    AddressRefused,
+    allowed_schemes,
+    endpoint_check,
+    endpoint_of,
+)
 
 # Plain http carries no integrity: only an operator may choose it for a mirror.
 STAFF_ONLY_SCHEMES = frozenset({"http"})
@@ -57,8 +63,7 @@ def _check_local(path: Path) -> str:
 
 
 def _schemes_allowed(staff: bool) -> list[str]:
-    configured = [s.lower() for s in settings.GIT_ALLOWED_SCHEMES if s]
-    return sorted(s for s in configured if staff or s not in STAFF_ONLY_SCHEMES)
+    return sorted(s for s in allowed_schemes() if staff or s not in STAFF_ONLY_SCHEMES)
 
 
 def _check_remote(clone_url: str, *, staff: bool, resolve: bool) -> None:

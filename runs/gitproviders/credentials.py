@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 import httpx
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from runs.git_network import DEFAULT_PORTS, endpoint_of
 
@@ -59,7 +60,12 @@ def provider_git_origins(provider: str) -> list[Origin]:
     else:
         return []
     if configured:
-        return [origin_parse(entry) for entry in configured if entry]
+        try:
+            return [origin_parse(entry) for entry in configured if entry]
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"Invalid value for {provider.upper()}_GIT_HOSTS: {exc}"
+            ) from exc
     api = _api_origin(api_url)
     if api.host == "api.github.com":
         return [Origin("https", "github.com", 443)]
