@@ -43,6 +43,11 @@ METADATA_NETWORKS = tuple(
         "192.0.0.192/32",
     )
 )
+# ``[user@]host[:port]`` and nothing else: a backslash, a percent sign or a second "@"
+# could make curl or ssh read another host out of the URL than the one checked here.
+PLAIN_NETLOC = re.compile(
+    r"(?:[A-Za-z0-9._~-]+@)?(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?"
+)
 # IPv6 prefixes that carry an IPv4 address a gateway connects to (NAT64, 6to4).
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
@@ -78,6 +83,8 @@ def endpoint_of(url: str) -> Endpoint | None:
     scheme = parsed.scheme.lower()
     if scheme not in NETWORK_SCHEMES or not parsed.hostname:
         return None
+    if not PLAIN_NETLOC.fullmatch(parsed.netloc) or any(c in url for c in "\\\r\n\t "):
+        raise AddressRefused("the clone URL's host part must be a plain [user@]host[:port]")
     try:
         port = parsed.port or DEFAULT_PORTS[scheme]
     except ValueError as exc:

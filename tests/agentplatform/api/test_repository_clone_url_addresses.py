@@ -77,6 +77,22 @@ def test_an_internal_clone_url_is_refused_with_a_problem_body(admin_client, url,
     assert not Repository.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://github.com\\@127.0.0.1/octo/x.git",
+        "https://%31%32%37.0.0.1/octo/x.git",
+        "https://github.com%2f@127.0.0.1/octo/x.git",
+        "https://127.0.0.1 /octo/x.git",
+    ],
+)
+def test_a_host_that_another_parser_could_read_differently_is_refused(admin_client, url):
+    response = _register(admin_client, url)
+
+    assert response.status_code == 400, response.content
+    assert not Repository.objects.exists()
+
+
 def test_changing_the_clone_url_to_an_internal_one_is_refused(admin_client):
     created = _register(admin_client, "https://github.com/octo/x.git")
     assert created.status_code == 201, created.content

@@ -129,6 +129,22 @@ def test_git_connects_to_the_address_that_was_checked(
     assert {r["host"] for r in server.requests} == {f"pinned.example:{server.port}"}
 
 
+def test_ssh_connects_to_the_address_that_was_checked(settings, dns, tmp_path):
+    hole = BlackHole()
+    settings.GIT_ALLOWED_SCHEMES = ["ssh"]
+    settings.GIT_INTERNAL_HOSTS = ["pinned.example"]
+    settings.GIT_NETWORK_TIMEOUT_SECONDS = 2
+    dns["pinned.example"] = ["127.0.0.1"]
+    try:
+        with pytest.raises(platform_git.PlatformGitError, match="timed out"):
+            platform_git.repository_fetch(
+                url=f"ssh://git@pinned.example:{hole.port}/octo/x.git", dest=tmp_path / "p.git"
+            )
+        assert hole.accepted  # ssh reached the checked address, not its own lookup
+    finally:
+        hole.close()
+
+
 def test_a_name_with_one_internal_address_among_public_ones_is_refused(production_rules, dns):
     dns["mixed.example"] = ["93.184.216.34", "169.254.169.254"]
     endpoint = endpoint_of("https://mixed.example/octo/x.git")

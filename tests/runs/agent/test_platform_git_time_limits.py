@@ -75,6 +75,27 @@ def test_a_clone_that_gets_no_answer_stops_when_asked(ssh_allowed, hole, tmp_pat
     assert not _git_processes(hole.port)
 
 
+@pytest.mark.no_services
+@pytest.mark.timeout(60)
+def test_a_push_that_gets_no_answer_ends_at_the_time_limit(ssh_allowed, hole, tmp_path):
+    ssh_allowed.GIT_NETWORK_TIMEOUT_SECONDS = 2
+    origin = demo.sample_repository_create(tmp_path / "origin")
+    git_dir = platform_git.repository_fetch(url=str(origin), dest=tmp_path / "platform.git")
+    commit = platform_git.commit_resolve(git_dir, "origin/main")
+    started = time.monotonic()
+
+    with pytest.raises(platform_git.PlatformGitError, match="timed out"):
+        platform_git.commit_push(
+            git_dir=git_dir,
+            url=f"ssh://git@127.0.0.1:{hole.port}/octo/x.git",
+            commit=commit,
+            branch="agent/x",
+        )
+
+    assert time.monotonic() - started < 8
+    assert hole.accepted and not _git_processes(hole.port)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.django_db(transaction=True)
