@@ -82,6 +82,10 @@ class PlatformGitError(SandboxError):
     """A git command of the platform failed."""
 
 
+class GitRemoteRefused(PlatformGitError):
+    """The remote may not be reached (its address, its scheme); retrying will not help."""
+
+
 class GitStopped(PlatformGitError, CommandCancelled):
     """A git command was stopped because its run was cancelled (or lost its lease)."""
 
@@ -259,7 +263,7 @@ def git_remote(
     try:
         connection = connection_for(url)
     except AddressRefused as exc:
-        raise PlatformGitError(f"git {args[0]} refused: {exc}") from exc
+        raise GitRemoteRefused(f"git {args[0]} refused: {exc}") from exc
     env = dict(connection.env)
     if connection.protocol == "ssh" and os.environ.get("SSH_AUTH_SOCK"):
         env["SSH_AUTH_SOCK"] = os.environ["SSH_AUTH_SOCK"]

@@ -77,6 +77,8 @@ class GitProvider(ABC):
             )
         except platform_git.GitStopped:
             raise
+        except platform_git.GitRemoteRefused as exc:
+            raise GitProviderError(f"push refused: {exc}", retryable=False) from exc
         except platform_git.PlatformGitError as exc:
             raise GitProviderError(
                 f"push to {repository.name} failed: {exc}", retryable=True

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,6 +16,8 @@ from runs.agent import platform_git
 from runs.agent.workspace import workspace_clone
 from runs.engine import run_drive_inline
 from runs.git_network import AddressRefused, endpoint_check, endpoint_of
+from runs.gitproviders.base import GitProviderError
+from runs.gitproviders.github import GitHubProvider
 from runs.models import Run
 from runs.repositories import clone_url_check
 from runs.services import task_submit
@@ -169,6 +172,22 @@ def test_a_push_to_an_internal_address_is_refused(production_rules, listeners, t
         )
 
     assert listener.connections == 0
+
+
+def test_a_push_refused_by_address_is_not_retried(production_rules, tmp_path):
+    origin = demo.sample_repository_create(tmp_path / "origin")
+    git_dir = platform_git.repository_fetch(url=str(origin), dest=tmp_path / "platform.git")
+    repository = SimpleNamespace(clone_url="https://localhost/octo/x.git", name="x")
+
+    with pytest.raises(GitProviderError, match="loopback") as refused:
+        GitHubProvider(token="").branch_push(
+            repository=repository,  # type: ignore[arg-type]
+            git_dir=git_dir,
+            commit=platform_git.commit_resolve(git_dir, "origin/main"),
+            branch="agent/x",
+        )
+
+    assert refused.value.retryable is False
 
 
 def test_a_scheme_the_operator_did_not_allow_is_refused_when_used(workspace, settings, listeners):
