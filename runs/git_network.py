@@ -46,7 +46,7 @@ METADATA_NETWORKS = tuple(
 # ``[user@]host[:port]`` and nothing else: a backslash, a percent sign or a second "@"
 # could make curl or ssh read another host out of the URL than the one checked here.
 PLAIN_NETLOC = re.compile(
-    r"(?:[A-Za-z0-9._~-]+@)?(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?"
+    r"(?:[A-Za-z0-9._~-]+@)?(?:[A-Za-z0-9][A-Za-z0-9.-]*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?"
 )
 # IPv6 prefixes that carry an IPv4 address a gateway connects to (NAT64, 6to4).
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
@@ -79,7 +79,10 @@ def endpoint_of(url: str) -> Endpoint | None:
     scp = SCP_LIKE.match(url)
     if scp and "://" not in url:
         return Endpoint("ssh", scp.group("host").lower(), DEFAULT_PORTS["ssh"])
-    parsed = urlparse(url)
+    try:
+        parsed = urlparse(url)
+    except ValueError as exc:  # e.g. an unclosed "[" of an IPv6 address
+        raise AddressRefused(f"the clone URL does not parse: {exc}") from exc
     scheme = parsed.scheme.lower()
     if scheme not in NETWORK_SCHEMES or not parsed.hostname:
         return None

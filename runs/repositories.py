@@ -71,7 +71,10 @@ def _check_remote(clone_url: str, *, staff: bool, resolve: bool) -> None:
     if scp:
         scheme, host, userinfo = "ssh", scp.group("host"), ""
     else:
-        parsed = urlparse(clone_url)
+        try:
+            parsed = urlparse(clone_url)
+        except ValueError as exc:  # e.g. an unclosed "[" of an IPv6 address
+            raise CloneUrlRefused(f"the clone URL does not parse: {exc}") from exc
         scheme, host = parsed.scheme.lower(), (parsed.hostname or "")
         userinfo = parsed.password or ""
         if parsed.username and scheme != "ssh":

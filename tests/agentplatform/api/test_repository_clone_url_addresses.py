@@ -84,6 +84,8 @@ def test_an_internal_clone_url_is_refused_with_a_problem_body(admin_client, url,
         "https://%31%32%37.0.0.1/octo/x.git",
         "https://github.com%2f@127.0.0.1/octo/x.git",
         "https://127.0.0.1 /octo/x.git",
+        "https://[::1/octo/x.git",
+        "https://-oProxyCommand/octo/x.git",
     ],
 )
 def test_a_host_that_another_parser_could_read_differently_is_refused(admin_client, url):
