@@ -95,7 +95,7 @@ def test_a_push_to_a_foreign_host_never_sees_the_token(tmp_path, settings, serve
     commit = platform_git.commit_resolve(git_dir, "origin/main")
     repository = SimpleNamespace(clone_url=f"{listener.origin}/octo/exfil.git", name="exfil")
 
-    with pytest.raises(GitProviderError):
+    with pytest.raises(GitProviderError) as failed:
         GitHubProvider(token=TOKEN).branch_push(
             repository=repository,  # type: ignore[arg-type]
             git_dir=git_dir,
@@ -103,7 +103,8 @@ def test_a_push_to_a_foreign_host_never_sees_the_token(tmp_path, settings, serve
             branch="agent/abc",
         )
 
-    assert listener.requests and not _token_seen(listener)
+    assert listener.requests, (listener.connections, str(failed.value))
+    assert not _token_seen(listener)
 
 
 @pytest.mark.parametrize("provider", ["github", "gitlab"])
