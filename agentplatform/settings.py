@@ -307,6 +307,19 @@ LOCAL_REPOSITORY_ROOTS = _env_value(
 )
 # When set, clone URLs must name one of these hosts.
 REPOSITORY_HOST_ALLOWLIST = _env_value("REPOSITORY_HOST_ALLOWLIST", list, [])
+# Where the platform's git may connect (runs/git_network.py). Clone URL schemes: https;
+# ssh when listed (it offers the worker's ssh keys); http when listed, staff only.
+GIT_ALLOWED_SCHEMES = _env_value("GIT_ALLOWED_SCHEMES", list, ["https"])
+# Hosts (by name) and networks (CIDR) git may reach although they are loopback, private
+# or otherwise not public: e.g. an internal GitLab. Metadata services never.
+GIT_INTERNAL_HOSTS = _env_value("GIT_INTERNAL_HOSTS", list, [])
+GIT_INTERNAL_NETWORKS = _env_value("GIT_INTERNAL_NETWORKS", list, [])
+# Every clone, fetch and push is killed after this long (and when its run is cancelled).
+GIT_NETWORK_TIMEOUT_SECONDS = _env_value("GIT_NETWORK_TIMEOUT_SECONDS", float, 300.0)
+# The origins (https://host[:port]; a bare host means https) git sends a provider's token
+# to; empty: github.com (or the GitHub Enterprise host of GITHUB_API_URL), GitLab's API host.
+GITHUB_GIT_HOSTS = _env_value("GITHUB_GIT_HOSTS", list, [])
+GITLAB_GIT_HOSTS = _env_value("GITLAB_GIT_HOSTS", list, [])
 # Cached results of repositories' setup commands (mounted read-only into sandboxes).
 SETUP_CACHE_ROOT = Path(_env_value("SETUP_CACHE_ROOT", str, str(VAR_DIR / "setup-cache")))
 SETUP_TIMEOUT_SECONDS = _env_value("SETUP_TIMEOUT_SECONDS", int, 900)

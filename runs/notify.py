@@ -28,6 +28,7 @@ from jobs.consumers import Completion, Consumer, Event, PermanentConsumerError
 from jobs.logs import log
 from jobs.models import Notification
 from jobs.work import WorkDeferred
+from runs.gitproviders.credentials import OriginScopedAuth
 
 CHANNEL_GITHUB_COMMENT = "github_comment"
 MARKER = "<!-- agentplatform:notification:{event_id} -->"
@@ -96,11 +97,18 @@ def _client() -> httpx.Client:
         "X-GitHub-Api-Version": "2022-11-28",
         "User-Agent": "agentplatform",
     }
+    auth = None
     if settings.GITHUB_TOKEN:
-        headers["Authorization"] = f"Bearer {settings.GITHUB_TOKEN}"
+        # Only to the API's own origin (runs.gitproviders.credentials).
+        auth = OriginScopedAuth(
+            api_url=settings.GITHUB_API_URL,
+            header="Authorization",
+            value=f"Bearer {settings.GITHUB_TOKEN}",
+        )
     return httpx.Client(
         base_url=settings.GITHUB_API_URL.rstrip("/"),
         headers=headers,
+        auth=auth,
         timeout=_timeout(),
     )
 

@@ -21,6 +21,10 @@ os.environ.setdefault("WORK_REWAKE_SECONDS", "1")
 os.environ.setdefault("AGENTPLATFORM_VAR_DIR", tempfile.mkdtemp(prefix="agentplatform-test-"))
 # The tests' sample repositories live in temporary directories.
 os.environ.setdefault("LOCAL_REPOSITORY_ROOTS", tempfile.gettempdir())
+# The tests' own git servers listen on 127.0.0.1 and speak plain http: allowed by name
+# here, not by a gap in the rules (tests of the rules set the production defaults).
+os.environ.setdefault("GIT_ALLOWED_SCHEMES", "https,http")
+os.environ.setdefault("GIT_INTERNAL_HOSTS", "127.0.0.1")
 
 
 def _own_per_test_process() -> None:

@@ -92,6 +92,9 @@ def test_a_private_repository_clones_with_a_credential_kept_out_of_every_file(
 ):
     url, seen = private_server
     settings.GITHUB_TOKEN = TOKEN
+    # The token goes only to GitHub's configured git host: here, the test's server.
+    parsed = urlparse(url)
+    settings.GITHUB_GIT_HOSTS = [f"{parsed.scheme}://{parsed.netloc}"]
     repository = RepositoryFactory(
         workspace=workspace, provider="github", external_id="octo/private", clone_url=url
     )

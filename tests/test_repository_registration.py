@@ -69,13 +69,25 @@ def test_unsafe_remote_urls_are_refused(admin_client, url):
 
 
 @pytest.mark.parametrize("url", ["https://github.com/octo/x.git", "git@github.com:octo/x.git"])
-def test_https_and_ssh_are_accepted(admin_client, url):
+def test_https_and_configured_ssh_are_accepted(admin_client, settings, url):
     client, _, _ = admin_client
+    settings.GIT_ALLOWED_SCHEMES = ["https", "ssh"]
     assert _register(client, url).status_code == 201
+
+
+@pytest.mark.parametrize("url", ["git@github.com:octo/x.git", "ssh://git@github.com/octo/x.git"])
+def test_ssh_is_refused_unless_configured(admin_client, settings, url):
+    # ssh offers the worker's own keys to whatever host the URL names.
+    client, _, _ = admin_client
+    settings.GIT_ALLOWED_SCHEMES = ["https"]
+    response = _register(client, url)
+    assert response.status_code == 400, response.content
+    assert "GIT_ALLOWED_SCHEMES" in str(response.json()) or "https" in str(response.json())
 
 
 def test_the_host_allowlist(admin_client, settings):
     client, _, _ = admin_client
+    settings.GIT_ALLOWED_SCHEMES = ["https", "ssh"]
     settings.REPOSITORY_HOST_ALLOWLIST = ["github.com"]
     assert _register(client, "https://evil.example/x.git", name="a").status_code == 400
     assert _register(client, "git@evil.example:x.git", name="b").status_code == 400

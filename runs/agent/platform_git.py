@@ -12,21 +12,31 @@ platform repository that overrides any ``.gitattributes`` in the tree so no filt
 ``ident`` or encoding conversion applies: the commit holds the working copy's bytes.
 Credentials travel as config in the environment of the one git process that needs them
 (``GIT_CONFIG_COUNT``), never in a command line, a remote URL or a file.
+
+Every git process runs in a process group of its own and is killed with its whole group
+(remote helpers, ssh) when its time is up or its run is cancelled. A clone or push
+allows exactly its URL's protocol, follows no redirect, and reaches only the address
+``runs.git_network`` checked right before it started.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 
-from runs.agent.sandbox import SandboxError
+from runs.agent.sandbox import CommandCancelled, SandboxError
+from runs.git_network import AddressRefused, connection_for
 
 # Overrides every .gitattributes of the tree (info/attributes has the highest
 # precedence): no filter, ident, eol or encoding conversion, no custom diff or merge.
@@ -57,14 +67,27 @@ CLEAN_CONFIG = {
     "core.quotePath": "false",
     "diff.renames": "false",
     "safe.directory": "*",
-    # ext:: runs a command; which URLs may be cloned at all is decided at registration.
+    # Which transports a process may use is GIT_ALLOW_PROTOCOL's (one per process); ext::
+    # runs a command and is never one of them.
+    "protocol.allow": "never",
     "protocol.ext.allow": "never",
-    "protocol.file.allow": "always",
+    # A redirect would carry the request (and its headers) to a host nobody checked.
+    "http.followRedirects": "false",
 }
+# How often a running git process is checked for its deadline and for cancellation.
+POLL_SECONDS = 0.2
 
 
 class PlatformGitError(SandboxError):
     """A git command of the platform failed."""
+
+
+class GitRemoteRefused(PlatformGitError):
+    """The remote may not be reached (its address, its scheme); retrying will not help."""
+
+
+class GitStopped(PlatformGitError, CommandCancelled):
+    """A git command was stopped because its run was cancelled (or lost its lease)."""
 
 
 class PatchMismatch(SandboxError):
@@ -126,27 +149,71 @@ def git_run(
     stdin: bytes | None = None,
     config: dict[str, str] | None = None,
     timeout: float = 300,
+    protocol: str = "file",
+    env: dict[str, str] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run one platform git command with the clean environment; any exit code."""
-    env = git_environment(config)
+    """Run one platform git command with the clean environment; any exit code.
+
+    ``protocol`` is the one transport it may use; the process and everything it starts
+    are killed after ``timeout`` seconds (PlatformGitError) or as soon as
+    ``should_stop()`` says so (GitStopped)."""
+    full_env = {**git_environment(config), **(env or {}), "GIT_ALLOW_PROTOCOL": protocol}
     if git_dir is not None:
-        env["GIT_DIR"] = str(git_dir)
+        full_env["GIT_DIR"] = str(git_dir)
     if work_tree is not None:
-        env["GIT_WORK_TREE"] = str(work_tree)
+        full_env["GIT_WORK_TREE"] = str(work_tree)
     if index is not None:
-        env["GIT_INDEX_FILE"] = str(index)
+        full_env["GIT_INDEX_FILE"] = str(index)
+    process = subprocess.Popen(
+        ["git", *args],
+        env=full_env,
+        cwd=str(work_tree or git_dir or "/"),
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    with process:
+        try:
+            stdout, stderr = _communicate(process, stdin, timeout, should_stop)
+        except BaseException:
+            # A deadline, a cancellation, or a Celery time limit raised into the wait:
+            # nothing git started may outlive the call.
+            _group_kill(process)
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _communicate(
+    process: subprocess.Popen[bytes],
+    stdin: bytes | None,
+    timeout: float,
+    should_stop: Callable[[], bool] | None,
+) -> tuple[bytes, bytes]:
+    deadline = time.monotonic() + timeout
+    command = process.args[1] if isinstance(process.args, list) else "git"
+    pending = stdin
+    while True:
+        try:
+            # Returns as soon as git ends; output is kept across the retries.
+            return process.communicate(pending, timeout=POLL_SECONDS)
+        except subprocess.TimeoutExpired:
+            pending = None
+        if time.monotonic() >= deadline:
+            raise PlatformGitError(f"git {command} timed out after {timeout:g}s")
+        if should_stop is not None and should_stop():
+            raise GitStopped(f"git {command} stopped: run cancelled")
+
+
+def _group_kill(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
     try:
-        return subprocess.run(
-            ["git", *args],
-            env=env,
-            cwd=str(work_tree or git_dir or "/"),
-            input=stdin,
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise PlatformGitError(f"git {args[0]} timed out after {timeout:g}s") from exc
+        process.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        # Something escaped the group and holds the pipes: stop reading them.
+        process.kill()
 
 
 def git(
@@ -158,6 +225,9 @@ def git(
     config: dict[str, str] | None = None,
     timeout: float = 300,
     secret: str = "",
+    protocol: str = "file",
+    env: dict[str, str] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> str:
     """Run one platform git command; its stdout, or PlatformGitError (secret redacted)."""
     completed = git_run(
@@ -168,6 +238,9 @@ def git(
         stdin=stdin,
         config=config,
         timeout=timeout,
+        protocol=protocol,
+        env=env,
+        should_stop=should_stop,
     )
     if completed.returncode != 0:
         message = completed.stderr.decode("utf-8", "replace").strip()
@@ -175,6 +248,35 @@ def git(
             message = message.replace(secret, "[REDACTED]")
         raise PlatformGitError(f"git {args[0]} failed: {message[:500]}")
     return completed.stdout.decode("utf-8", "replace")
+
+
+def git_remote(
+    *args: str,
+    url: str,
+    git_dir: Path | None = None,
+    config: dict[str, str] | None = None,
+    secret: str = "",
+    should_stop: Callable[[], bool] | None = None,
+) -> str:
+    """A git command that talks to ``url``: its address checked now and pinned, only its
+    protocol allowed, the network time limit applied."""
+    try:
+        connection = connection_for(url)
+    except AddressRefused as exc:
+        raise GitRemoteRefused(f"git {args[0]} refused: {exc}") from exc
+    env = dict(connection.env)
+    if connection.protocol == "ssh" and os.environ.get("SSH_AUTH_SOCK"):
+        env["SSH_AUTH_SOCK"] = os.environ["SSH_AUTH_SOCK"]
+    return git(
+        *args,
+        git_dir=git_dir,
+        config={**(config or {}), **connection.config},
+        timeout=settings.GIT_NETWORK_TIMEOUT_SECONDS,
+        secret=secret,
+        protocol=connection.protocol,
+        env=env,
+        should_stop=should_stop,
+    )
 
 
 def _harden(git_dir: Path) -> None:
@@ -186,7 +288,12 @@ def _harden(git_dir: Path) -> None:
 
 
 def repository_fetch(
-    *, url: str, dest: Path, config: dict[str, str] | None = None, secret: str = ""
+    *,
+    url: str,
+    dest: Path,
+    config: dict[str, str] | None = None,
+    secret: str = "",
+    should_stop: Callable[[], bool] | None = None,
 ) -> Path:
     """A bare copy of the repository at ``url`` owned by the platform (made once)."""
     if (dest / "HEAD").exists():
@@ -194,7 +301,7 @@ def repository_fetch(
     dest.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f"{dest.name}.", dir=dest.parent))
     try:
-        git(
+        git_remote(
             "clone",
             "--bare",
             "--quiet",
@@ -202,8 +309,10 @@ def repository_fetch(
             "--",
             url,
             str(scratch),
+            url=url,
             config=config,
             secret=secret,
+            should_stop=should_stop,
         )
         _harden(scratch)
         # Another process may have finished the same clone meanwhile; theirs is as good.
@@ -367,16 +476,19 @@ def commit_push(
     branch: str,
     config: dict[str, str] | None = None,
     secret: str = "",
+    should_stop: Callable[[], bool] | None = None,
 ) -> None:
     """Force ``commit`` onto ``branch`` at ``url`` (the branch belongs to the task)."""
-    git(
+    git_remote(
         "push",
         "--quiet",
         "--force",
         "--",
         url,
         f"{commit}:refs/heads/{branch}",
+        url=url,
         git_dir=git_dir,
         config=config,
         secret=secret,
+        should_stop=should_stop,
     )

@@ -8,6 +8,7 @@ new attempt never reuses a directory an older attempt's commands could still wri
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from runs.agent import platform_git
@@ -25,14 +26,15 @@ __all__ = [
 ]
 
 
-def platform_repository(run: Run) -> Path:
-    """The run's platform-owned repository on this host, fetched from the origin once."""
+def platform_repository(run: Run, should_stop: Callable[[], bool] | None = None) -> Path:
+    """The run's platform-owned repository on this host, fetched from the origin once
+    (stopped by ``should_stop``: cancellation, a lost lease)."""
     from runs.gitproviders import git_provider_for
-    from runs.repositories import CloneUrlRefused, clone_url_check_before_clone
+    from runs.repositories import CloneUrlRefused, clone_url_check_before_use
 
     repository = run.task.repository
     try:
-        clone_url_check_before_clone(repository.clone_url)
+        clone_url_check_before_use(repository.clone_url)
     except CloneUrlRefused as exc:
         raise platform_git.PlatformGitError(f"clone URL refused: {exc}") from exc
     provider = git_provider_for(repository.provider)
@@ -42,6 +44,7 @@ def platform_repository(run: Run) -> Path:
         dest=platform_git.platform_repository_path(run.id),
         config=config,
         secret=secret,
+        should_stop=should_stop,
     )
 
 
@@ -55,9 +58,11 @@ def _fresh(run: Run, attempt: int, git_dir: Path) -> LocalSandbox:
     return sandbox
 
 
-def workspace_clone(*, run: Run, ref: str, attempt: int) -> tuple[LocalSandbox, str]:
+def workspace_clone(
+    *, run: Run, ref: str, attempt: int, should_stop: Callable[[], bool] | None = None
+) -> tuple[LocalSandbox, str]:
     """A fresh working copy of the run's repository at ``ref``; it and the commit sha."""
-    git_dir = platform_repository(run)
+    git_dir = platform_repository(run, should_stop)
     sha = platform_git.commit_resolve(git_dir, ref)
     sandbox = _fresh(run, attempt, git_dir)
     try:
@@ -68,9 +73,15 @@ def workspace_clone(*, run: Run, ref: str, attempt: int) -> tuple[LocalSandbox, 
     return sandbox, sha
 
 
-def workspace_ensure(*, run: Run, attempt: int, diff: str | None = None) -> LocalSandbox:
+def workspace_ensure(
+    *,
+    run: Run,
+    attempt: int,
+    diff: str | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> LocalSandbox:
     """This attempt's working copy: the base commit plus ``diff``, made if missing."""
-    git_dir = platform_repository(run)
+    git_dir = platform_repository(run, should_stop)
     sandbox = sandbox_for_run(run.id, attempt)
     sandbox.git_dir = git_dir
     if sandbox.exists() and (sandbox.path / ".git").exists():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import httpx
 
 from runs.agent import platform_git
 from runs.models import Repository
+from runs.repositories import CloneUrlRefused, clone_url_check_before_use
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 MAX_ATTEMPTS = 4
@@ -44,13 +46,24 @@ class GitProvider(ABC):
         return {}, ""
 
     def branch_push(
-        self, *, repository: Repository, git_dir: Path, commit: str, branch: str
+        self,
+        *,
+        repository: Repository,
+        git_dir: Path,
+        commit: str,
+        branch: str,
+        should_stop: Callable[[], bool] | None = None,
     ) -> None:
         """Force ``commit`` of the platform repository onto ``branch`` of the remote.
 
         The branch belongs to the task: a repeated push after a crash may carry a re-made
-        commit, so it is forced.
+        commit, so it is forced. The clone URL is checked again (a row written around
+        the API, a rule added since), and a cancelled run stops the push (GitStopped).
         """
+        try:
+            clone_url_check_before_use(repository.clone_url)
+        except CloneUrlRefused as exc:
+            raise GitProviderError(f"push refused: {exc}", retryable=False) from exc
         config, secret = self.git_credentials(repository)
         try:
             platform_git.commit_push(
@@ -60,7 +73,12 @@ class GitProvider(ABC):
                 branch=branch,
                 config=config,
                 secret=secret,
+                should_stop=should_stop,
             )
+        except platform_git.GitStopped:
+            raise
+        except platform_git.GitRemoteRefused as exc:
+            raise GitProviderError(f"push refused: {exc}", retryable=False) from exc
         except platform_git.PlatformGitError as exc:
             raise GitProviderError(
                 f"push to {repository.name} failed: {exc}", retryable=True

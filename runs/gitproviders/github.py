@@ -13,7 +13,6 @@ remote URL and no file.
 
 from __future__ import annotations
 
-import base64
 import re
 from typing import Any
 from urllib.parse import urlparse
@@ -27,6 +26,7 @@ from runs.gitproviders.base import (
     PullRequestInfo,
     api_request,
 )
+from runs.gitproviders.credentials import OriginScopedAuth, git_basic_credentials
 from runs.models import Repository
 
 API_VERSION = "2022-11-28"
@@ -38,8 +38,9 @@ def github_slug(repository: Repository) -> tuple[str, str]:
     if not slug:
         path = urlparse(repository.clone_url).path or repository.clone_url
         slug = path.split(":")[-1]
-    match = re.fullmatch(r"/?([^/]+)/([^/]+?)(?:\.git)?/?", slug)
-    if not match:
+    # GitHub's own alphabet: nothing that could steer the API path (``..``, ``?``, ``%``).
+    match = re.fullmatch(r"/?([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?", slug)
+    if not match or "" in (match.group(1).strip("."), match.group(2).strip(".")):
         raise GitProviderError(f"cannot tell owner/name of {repository.name!r}", retryable=False)
     return match.group(1), match.group(2)
 
@@ -57,10 +58,10 @@ class GitHubProvider(GitProvider):
     # --- git -------------------------------------------------------------------------
 
     def git_credentials(self, repository: Repository) -> tuple[dict[str, str], str]:
-        if not self.token:
-            return {}, ""
-        basic = base64.b64encode(f"x-access-token:{self.token}".encode()).decode()
-        return {"http.extraHeader": f"Authorization: Basic {basic}"}, basic
+        # Only for GitHub's own git hosts, whatever the clone URL names.
+        return git_basic_credentials(
+            provider="github", url=repository.clone_url, username="x-access-token", token=self.token
+        )
 
     # --- REST ------------------------------------------------------------------------
 
@@ -70,10 +71,16 @@ class GitHubProvider(GitProvider):
             "X-GitHub-Api-Version": API_VERSION,
             "User-Agent": "agentplatform",
         }
+        auth = None
         if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+            auth = OriginScopedAuth(
+                api_url=self.api_url, header="Authorization", value=f"Bearer {self.token}"
+            )
         return httpx.Client(
-            base_url=self.api_url, headers=headers, timeout=settings.GITHUB_TIMEOUT_SECONDS
+            base_url=self.api_url,
+            headers=headers,
+            auth=auth,
+            timeout=settings.GITHUB_TIMEOUT_SECONDS,
         )
 
     def _request(

@@ -11,7 +11,6 @@ reconciled, never a duplicate. The branch is pushed by the platform's own git (s
 
 from __future__ import annotations
 
-import base64
 import re
 from typing import Any
 from urllib.parse import quote, urlparse
@@ -26,6 +25,7 @@ from runs.gitproviders.base import (
     PullRequestInfo,
     api_request,
 )
+from runs.gitproviders.credentials import OriginScopedAuth, git_basic_credentials
 from runs.models import Repository
 
 DRAFT_PREFIX = "Draft: "
@@ -56,18 +56,21 @@ class GitLabProvider(GitProvider):
         self.backoff_seconds = backoff_seconds
 
     def git_credentials(self, repository: Repository) -> tuple[dict[str, str], str]:
-        # GitLab takes a token as the password of HTTP basic auth with user "oauth2".
-        if not self.token:
-            return {}, ""
-        basic = base64.b64encode(f"oauth2:{self.token}".encode()).decode()
-        return {"http.extraHeader": f"Authorization: Basic {basic}"}, basic
+        # GitLab takes a token as the password of HTTP basic auth with user "oauth2";
+        # only for GitLab's own git hosts, whatever the clone URL names.
+        return git_basic_credentials(
+            provider="gitlab", url=repository.clone_url, username="oauth2", token=self.token
+        )
 
     def _client(self) -> httpx.Client:
-        headers = {"User-Agent": "agentplatform"}
+        auth = None
         if self.token:
-            headers["PRIVATE-TOKEN"] = self.token
+            auth = OriginScopedAuth(api_url=self.api_url, header="PRIVATE-TOKEN", value=self.token)
         return httpx.Client(
-            base_url=self.api_url, headers=headers, timeout=settings.GITLAB_TIMEOUT_SECONDS
+            base_url=self.api_url,
+            headers={"User-Agent": "agentplatform"},
+            auth=auth,
+            timeout=settings.GITLAB_TIMEOUT_SECONDS,
         )
 
     def _request(

@@ -38,8 +38,13 @@ def _setup(ctx: StepContext, sandbox: LocalSandbox, base: str = "") -> SetupResu
 def _sandbox(ctx: StepContext) -> Any:
     try:
         sandbox = workspace_ensure(
-            run=ctx.run, attempt=ctx.lease.attempt, diff=ctx.checkpoint.get("diff")
+            run=ctx.run,
+            attempt=ctx.lease.attempt,
+            diff=ctx.checkpoint.get("diff"),
+            should_stop=ctx.should_stop,
         )
+    except CommandCancelled as exc:
+        raise RunCancelled() from exc
     except SandboxError as exc:
         raise StepFailed("sandbox_error", str(exc)) from exc
     _setup(ctx, sandbox)
@@ -50,8 +55,13 @@ def _restore(ctx: StepContext) -> LocalSandbox:
     """The working copy exactly as the checkpoint describes it (see workspace_restore)."""
     try:
         sandbox = workspace_restore(
-            run=ctx.run, attempt=ctx.lease.attempt, diff=ctx.checkpoint.get("diff")
+            run=ctx.run,
+            attempt=ctx.lease.attempt,
+            diff=ctx.checkpoint.get("diff"),
+            should_stop=ctx.should_stop,
         )
+    except CommandCancelled as exc:
+        raise RunCancelled() from exc
     except SandboxError as exc:
         raise StepFailed("sandbox_error", str(exc)) from exc
     _setup(ctx, sandbox)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from runs.agent.artifacts import redact
 from runs.agent.platform_git import patch_commit
-from runs.agent.sandbox import SandboxError
+from runs.agent.sandbox import CommandCancelled, SandboxError
 from runs.agent.workspace import platform_repository
 from runs.engine import (
     Outcome,
+    RunCancelled,
     StepContext,
     StepFailed,
     TransientStepError,
@@ -77,7 +78,7 @@ def step_creating_pr(ctx: StepContext) -> Outcome:
     )
     ctx.check_cancelled()
     try:
-        git_dir = platform_repository(ctx.run)
+        git_dir = platform_repository(ctx.run, ctx.should_stop)
         head_sha, pushed = patch_commit(
             git_dir=git_dir,
             base=ctx.run.base_commit,
@@ -85,7 +86,13 @@ def step_creating_pr(ctx: StepContext) -> Outcome:
             message=title,
         )
         _patch_match(ctx, patch, pushed.sha256, branch)
-        provider.branch_push(repository=repository, git_dir=git_dir, commit=head_sha, branch=branch)
+        provider.branch_push(
+            repository=repository,
+            git_dir=git_dir,
+            commit=head_sha,
+            branch=branch,
+            should_stop=ctx.should_stop,
+        )
         info = provider.pull_request_ensure(
             repository=repository,
             branch=branch,
@@ -94,6 +101,8 @@ def step_creating_pr(ctx: StepContext) -> Outcome:
             body=body,
             head_sha=head_sha,
         )
+    except CommandCancelled as exc:
+        raise RunCancelled() from exc
     except GitProviderError as exc:
         if exc.retryable:
             raise TransientStepError(str(exc)) from exc

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from jobs.ids import short_id
-from runs.agent.sandbox import SandboxError
+from runs.agent.sandbox import CommandCancelled, SandboxError
 from runs.agent.workspace import workspace_clone
-from runs.engine import Outcome, StepContext, StepFailed
+from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import PullRequest, Task
 from runs.steps.common import S, _setup
 
@@ -29,7 +29,11 @@ def step_preparing(ctx: StepContext) -> Outcome:
     start_ref = f"origin/{branch}" if pr else f"origin/{ref}"
     ctx.check_cancelled()
     try:
-        sandbox, sha = workspace_clone(run=ctx.run, ref=start_ref, attempt=ctx.lease.attempt)
+        sandbox, sha = workspace_clone(
+            run=ctx.run, ref=start_ref, attempt=ctx.lease.attempt, should_stop=ctx.should_stop
+        )
+    except CommandCancelled as exc:
+        raise RunCancelled() from exc
     except SandboxError as exc:
         raise StepFailed("clone_failed", str(exc)) from exc
     ctx.checkpoint.update({"diff": "", "attempt_no": 1, "act_turns": 0, "messages": []})
