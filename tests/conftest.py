@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from agentplatform import embedded
 from runs import demo
 from runs.management.process_groups import process_groups_stop
 from tests.chaos.services import live_processes
@@ -40,7 +41,8 @@ def _reachable(url: str, default_port: int) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip service tests when PostgreSQL or Redis is down, unless REQUIRE_SERVICES=1."""
+    """Skip service tests when PostgreSQL or Redis is down (the configured servers, or the
+    embedded ones did not start: tests/settings.py), unless REQUIRE_SERVICES=1."""
     missing = [
         name
         for name, url, port in (
@@ -52,6 +54,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not missing:
         return
     message = f"{' and '.join(missing)} unreachable"
+    error = os.environ.get("EMBEDDED_SERVICES_ERROR")
+    if error:
+        message += f" (the embedded services did not start: {error})"
     if os.environ.get("REQUIRE_SERVICES") == "1":
         raise pytest.UsageError(f"{message}, and REQUIRE_SERVICES=1 makes that an error")
     skip = pytest.mark.skip(reason=message)
@@ -347,7 +352,8 @@ def free_port() -> int:
 
 
 class OwnRedis:
-    """A redis-server on a free port without persistence: a restart loses every message."""
+    """A Redis server (the embedded Valkey's binary) on a free port without persistence:
+    a restart loses every message."""
 
     def __init__(self, workdir: Path) -> None:
         self.port = free_port()
@@ -359,7 +365,7 @@ class OwnRedis:
     def start(self) -> None:
         self.process = subprocess.Popen(
             [
-                "redis-server",
+                str(embedded.valkey_server()),
                 "--port",
                 str(self.port),
                 "--bind",
