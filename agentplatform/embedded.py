@@ -440,7 +440,15 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("start", "stop", "status"):
         print("usage: python -m agentplatform.embedded start|stop|status [DIR]")
         return 2
-    root = Path(argv[1] if len(argv) > 1 else os.environ.get("AGENTPLATFORM_VAR_DIR", "var"))
+    # Where the settings put them: AGENTPLATFORM_SERVICES_DIR, else the var directory.
+    default = Path(__file__).resolve().parent.parent / "var"
+    root = Path(
+        argv[1]
+        if len(argv) > 1
+        else os.environ.get("AGENTPLATFORM_SERVICES_DIR")
+        or os.environ.get("AGENTPLATFORM_VAR_DIR")
+        or default
+    )
     if argv[0] == "stop":
         stop(root)
         print(f"embedded services of {root} stopped")

@@ -124,14 +124,10 @@ def _admission_counted(workspace: Workspace, repository: Repository) -> dict[str
     # workspace's, its count never refuses what the workspace's count let through, and
     # the workspace's alone is read.
     repository_decides = repository.max_active_runs < workspace.max_active_runs
-    # A scan of the active runs (see _admission_counts) stops at the workspace's limit: a
-    # count that reaches it refuses whatever the margin, and below it both counts are
-    # exact, so admission answers as with the full counts.
     return {
         "workspace_id": workspace.pk,
         "repository_id": repository.pk if repository_decides else None,
         "spend": workspace.daily_cost_budget_usd > 0,
-        "cap": workspace.max_active_runs,
     }
 
 
