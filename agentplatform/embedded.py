@@ -26,6 +26,7 @@ import platform
 import pwd
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -171,6 +172,17 @@ def _account() -> pwd.struct_passwd | None:
         return pwd.getpwnam(SERVICE_ACCOUNT)
 
 
+def _searchable(path: Path) -> None:
+    """Let every account pass through the directories above ``path`` (the search bit
+    only, added where it is missing: no listing, no reading), so the unprivileged account
+    reaches its data and the servers' binaries from a checkout under a private
+    directory such as /root or a 0700 temporary directory."""
+    for parent in reversed(path.resolve().parents):
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            parent.chmod(stat.S_IMODE(mode) | stat.S_IXOTH)
+
+
 def _own_directory(path: Path, account: pwd.struct_passwd | None) -> None:
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     if account is not None:
@@ -189,8 +201,7 @@ def _unreachable_hint(path: Path, account: pwd.struct_passwd | None) -> str:
         return ""
     return (
         f" As root the servers run as the account {SERVICE_ACCOUNT!r}, which must be able"
-        f" to reach {path} (every parent directory searchable by others, e.g. not under"
-        " /root); or set AGENTPLATFORM_VAR_DIR elsewhere, or DATABASE_URL and REDIS_URL."
+        f" to reach {path} and the server binaries; or set DATABASE_URL and REDIS_URL."
     )
 
 
@@ -361,6 +372,9 @@ def ensure(root: Path, *, own: bool = False) -> Endpoints:
                 if state.get(name):
                     _terminate(state[name]["pid"], signal.SIGKILL)
                 account = account or _account()
+                if account is not None:
+                    _searchable(root / name)
+                    _searchable(postgres_bin() if name == "postgres" else valkey_server())
                 state[name] = start(root.resolve(), account)
                 state.pop("owner", None)
                 _state_write(root, state)
