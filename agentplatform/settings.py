@@ -123,6 +123,24 @@ _configured_redis = _env_value("REDIS_URL", str, "")
 EMBEDDED = not _configured_database
 # Neither the broker nor REDIS_URL names a Redis (the live views, wake-ups, rate limits).
 EMBEDDED_REDIS = not _configured_redis and not _configured_broker.startswith("redis")
+
+
+def _database_config(url: str) -> dict[str, Any]:
+    try:
+        config: dict[str, Any] = env.db_url_config(url)
+    except Exception as exc:  # django-environ raises several types for a bad URL
+        raise ImproperlyConfigured(f"Invalid value for DATABASE_URL: {exc}") from exc
+    if config["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured("Invalid value for DATABASE_URL: only postgres:// is supported")
+    return config
+
+
+# Configured values are checked before any embedded server would start for them.
+_database = _database_config(_configured_database) if _configured_database else {}
+if _configured_broker and not _configured_broker.startswith(("redis://", "rediss://", "amqp://")):
+    raise ImproperlyConfigured(
+        "Invalid value for CELERY_BROKER_URL: use redis://, rediss:// or amqp://"
+    )
 _services = embedded.Endpoints(database_url="", redis_url="")
 # The directory of the services this process started or found (None: none embedded);
 # ``make serve`` and ``make demo`` stop them when they exit (agentplatform.embedded.held).
@@ -137,12 +155,7 @@ if EMBEDDED or EMBEDDED_REDIS:
             "and CELERY_BROKER_URL (or REDIS_URL) to use servers of your own."
         ) from exc
 DATABASE_URL = _configured_database or _services.database_url
-try:
-    _database = env.db_url_config(DATABASE_URL)
-except Exception as exc:  # django-environ raises several types for a bad URL
-    raise ImproperlyConfigured(f"Invalid value for DATABASE_URL: {exc}") from exc
-if _database["ENGINE"] != "django.db.backends.postgresql":
-    raise ImproperlyConfigured("Invalid value for DATABASE_URL: only postgres:// is supported")
+_database = _database or _database_config(DATABASE_URL)
 
 # Threads per web process that run every request except the live streams
 # (agentplatform.asgi); each holds a database connection while it works. A process runs
