@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -85,6 +87,21 @@ def _access_listener_stopped_at_end(django_db_setup: Any) -> Iterator[None]:
     from agentplatform.api.access_cache import listener_stop
 
     listener_stop()
+
+
+@pytest.fixture
+def embedded_var() -> Iterator[Path]:
+    """A var directory for embedded services of the test's own, stopped and removed at
+    teardown. Not under pytest's tmp_path: pytest makes its base directory private again
+    (0700) whenever another session starts, and the servers' unprivileged account would
+    lose its way to the data directories mid-test."""
+    path = Path(tempfile.mkdtemp(prefix="agentplatform-embedded-"))
+    path.chmod(0o711)
+    try:
+        yield path / "var"
+    finally:
+        embedded.stop(path / "var")
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # --- repositories ---------------------------------------------------------------------------

@@ -67,7 +67,7 @@ def test_production_mode_with_safe_settings_passes_the_check():
     assert result.returncode == 0, result.stderr
 
 
-def test_embedded_default_needs_no_configuration(tmp_path):
+def test_embedded_default_needs_no_configuration(embedded_var):
     """Nothing set: the settings start PostgreSQL and Valkey with their data under the
     var directory and point the database and the broker at them."""
     try:
@@ -76,10 +76,10 @@ def test_embedded_default_needs_no_configuration(tmp_path):
             "-c",
             "from django.conf import settings as s; print(s.DATABASE_URL, "
             "s.CELERY_BROKER_URL, s.REDIS_URL, s.EMBEDDED)",
-            AGENTPLATFORM_VAR_DIR=str(tmp_path),
+            AGENTPLATFORM_VAR_DIR=str(embedded_var),
         )
         assert result.returncode == 0, result.stderr
-        endpoints = embedded.running(tmp_path)
+        endpoints = embedded.running(embedded_var)
         assert endpoints is not None
         assert result.stdout.splitlines()[-1].split() == [
             endpoints.database_url,
@@ -87,9 +87,9 @@ def test_embedded_default_needs_no_configuration(tmp_path):
             endpoints.redis_url,
             "True",
         ]
-        assert (tmp_path / "postgres" / "PG_VERSION").exists()
+        assert (embedded_var / "postgres" / "PG_VERSION").exists()
     finally:
-        embedded.stop(tmp_path)
+        embedded.stop(embedded_var)
 
 
 @pytest.mark.parametrize(

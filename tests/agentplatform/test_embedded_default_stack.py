@@ -74,9 +74,11 @@ def server_pids(var: Path) -> list[int]:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str], Path, str]]:
+def served(
+    tmp_path: Path, embedded_var: Path
+) -> Iterator[tuple[str, subprocess.Popen[str], Path, str]]:
     """``make serve``'s commands with nothing configured."""
-    var = tmp_path / "var"
+    var = embedded_var
     env = unconfigured_env(
         var,
         GITHUB_WEBHOOK_SECRET=GITHUB_SECRET,
@@ -117,7 +119,6 @@ def served(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str], Path, s
             os.killpg(serve.pid, signal.SIGKILL)
             serve.wait()
         log.close()
-        embedded.stop(var)
 
 
 def corpus_deliveries() -> Iterator[tuple[str, dict[str, str], bytes]]:
