@@ -272,7 +272,7 @@ def _postgres_start(root: Path, account: pwd.struct_passwd | None) -> dict[str, 
             # TCP only: a socket path under a deep var/ would pass the 107-byte limit.
             *("-c", "unix_socket_directories="),
             # The tests, workers and web threads each hold a connection.
-            *("-c", "max_connections=300"),
+            *("-c", "max_connections=500"),
         ],
         stdin=subprocess.DEVNULL,
         stdout=log,
