@@ -33,6 +33,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -129,7 +130,7 @@ def _answers(port: int | None) -> bool:
 
 
 def _running(entry: dict[str, int] | None) -> bool:
-    return bool(entry) and _alive(entry.get("pid")) and _answers(entry.get("port"))  # type: ignore[union-attr]
+    return entry is not None and _alive(entry.get("pid")) and _answers(entry.get("port"))
 
 
 def _free_port() -> int:
@@ -190,7 +191,7 @@ def _own_directory(path: Path, account: pwd.struct_passwd | None) -> None:
     path.chmod(0o700)
 
 
-def _as_account(account: pwd.struct_passwd | None) -> dict[str, object]:
+def _as_account(account: pwd.struct_passwd | None) -> dict[str, Any]:
     if account is None:
         return {}
     return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
@@ -257,7 +258,7 @@ def _postgres_start(root: Path, account: pwd.struct_passwd | None) -> dict[str, 
             ],
             capture_output=True,
             text=True,
-            **_as_account(account),  # type: ignore[arg-type]
+            **_as_account(account),
         )
         if initdb.returncode != 0:
             raise EmbeddedError(
@@ -278,7 +279,7 @@ def _postgres_start(root: Path, account: pwd.struct_passwd | None) -> dict[str, 
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        **_as_account(account),  # type: ignore[arg-type]
+        **_as_account(account),
     )
     log.close()
     _wait_serving(process, port, root / "postgres.log", "PostgreSQL")
@@ -329,7 +330,7 @@ def _valkey_start(root: Path, account: pwd.struct_passwd | None) -> dict[str, in
         stderr=subprocess.STDOUT,
         start_new_session=True,
         cwd=data,
-        **_as_account(account),  # type: ignore[arg-type]
+        **_as_account(account),
     )
     log.close()
     _wait_serving(process, port, root / "redis.log", "Valkey")
