@@ -149,7 +149,7 @@ def _endpoints(state: dict[str, dict[str, int]]) -> Endpoints:
 # --- the account the servers run as ---------------------------------------------------------
 
 
-def _account() -> pwd.struct_passwd | None:
+def service_account() -> pwd.struct_passwd | None:
     """The unprivileged account to run the servers as; None when not root."""
     if os.geteuid() != 0:
         return None
@@ -372,7 +372,7 @@ def ensure(root: Path, *, own: bool = False) -> Endpoints:
             if not _running(state.get(name)):
                 if state.get(name):
                     _terminate(state[name]["pid"], signal.SIGKILL)
-                account = account or _account()
+                account = account or service_account()
                 if account is not None:
                     _searchable(root / name)
                     _searchable(postgres_bin() if name == "postgres" else valkey_server())
