@@ -1,6 +1,6 @@
 """Test settings: the production shape (PostgreSQL + Redis) with short leases.
 
-With DATABASE_URL and REDIS_URL set the tests use those servers; with neither set, the
+With DATABASE_URL and REDIS_URL set the tests use those servers; for either not set, the
 embedded PostgreSQL and Valkey of agentplatform.embedded, started for this test session
 in its temporary directory and stopped when the session ends (``_embedded_services``).
 pytest-django creates the test database ``test_<name>`` (or DATABASE_TEST_NAME) and
@@ -32,13 +32,13 @@ os.environ.setdefault("AGENTPLATFORM_VAR_DIR", tempfile.mkdtemp(prefix="agentpla
 
 
 def _embedded_services() -> None:
-    """Neither DATABASE_URL nor REDIS_URL set: this session's own PostgreSQL and Valkey,
+    """DATABASE_URL or REDIS_URL not set: this session's own PostgreSQL and Valkey,
     named in the environment as configured servers would be (the worker and web processes
     the tests start inherit it). The first process of the session starts them (the xdist
     controller, before its test processes, which find them in the environment) and stops
     them at its exit; embedded services of earlier sessions that lost their owner (a
     killed run) are stopped first."""
-    if "DATABASE_URL" in os.environ or "REDIS_URL" in os.environ:
+    if "DATABASE_URL" in os.environ and "REDIS_URL" in os.environ:
         return
     session = Path(os.environ["AGENTPLATFORM_VAR_DIR"])
     # Searchable (not readable) by others: as root the servers run as an unprivileged
@@ -53,12 +53,11 @@ def _embedded_services() -> None:
         endpoints = embedded.ensure(root, own=True)
     except (embedded.EmbeddedError, OSError) as exc:
         os.environ["EMBEDDED_SERVICES_ERROR"] = str(exc)[:2000]
-        os.environ["DATABASE_URL"] = UNREACHABLE_DATABASE_URL
-        os.environ["REDIS_URL"] = UNREACHABLE_REDIS_URL
         return
     atexit.register(_embedded_services_remove, root)
-    os.environ["DATABASE_URL"] = endpoints.database_url
-    os.environ["REDIS_URL"] = endpoints.redis_url
+    # Whichever of the two is not configured.
+    os.environ.setdefault("DATABASE_URL", endpoints.database_url)
+    os.environ.setdefault("REDIS_URL", endpoints.redis_url)
 
 
 def _embedded_services_remove(root: Path) -> None:
