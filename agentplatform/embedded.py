@@ -129,8 +129,20 @@ def _answers(port: int | None) -> bool:
         return False
 
 
+def _is_server(pid: int | None) -> bool:
+    """Whether ``pid`` is a live PostgreSQL or Valkey server, not a process that got a
+    recorded pid again (after a reboot, say) and must never be signalled."""
+    if not pid or not _alive(pid):
+        return False
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+    except OSError:
+        return False
+    return Path(exe).name in ("postgres", "valkey-server")
+
+
 def _running(entry: dict[str, int] | None) -> bool:
-    return entry is not None and _alive(entry.get("pid")) and _answers(entry.get("port"))
+    return entry is not None and _is_server(entry.get("pid")) and _answers(entry.get("port"))
 
 
 def _free_port() -> int:
@@ -370,14 +382,13 @@ def ensure(root: Path, *, own: bool = False) -> Endpoints:
         account = None
         for name, start in (("postgres", _postgres_start), ("redis", _valkey_start)):
             if not _running(state.get(name)):
-                if state.get(name):
+                if _is_server(state.get(name, {}).get("pid")):
                     _terminate(state[name]["pid"], signal.SIGKILL)
                 account = account or service_account()
                 if account is not None:
                     _searchable(root / name)
                     _searchable(postgres_bin() if name == "postgres" else valkey_server())
                 state[name] = start(root.resolve(), account)
-                state.pop("owner", None)
                 _state_write(root, state)
         if own:
             state["owner"] = {"pid": os.getpid()}
@@ -434,14 +445,14 @@ def stop(root: Path) -> None:
     with _locked(root):
         state = _state_read(root)
         postgres = state.get("postgres", {}).get("pid")
-        if postgres:
+        if _is_server(postgres):
             # Fast shutdown: ends sessions, checkpoints, exits.
             _terminate(postgres, signal.SIGINT)
         with contextlib.suppress(EmbeddedError):
             for pid in _strays(postgres_bin() / "postgres", (root / "postgres").resolve()):
                 _terminate(pid, signal.SIGQUIT)
         redis = state.get("redis", {}).get("pid")
-        if redis:
+        if _is_server(redis):
             _terminate(redis, signal.SIGTERM)
         with contextlib.suppress(EmbeddedError):
             for pid in _strays(valkey_server(), (root / "redis").resolve()):
