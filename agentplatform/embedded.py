@@ -445,14 +445,14 @@ def stop(root: Path) -> None:
     with _locked(root):
         state = _state_read(root)
         postgres = state.get("postgres", {}).get("pid")
-        if _is_server(postgres):
+        if postgres and _is_server(postgres):
             # Fast shutdown: ends sessions, checkpoints, exits.
             _terminate(postgres, signal.SIGINT)
         with contextlib.suppress(EmbeddedError):
             for pid in _strays(postgres_bin() / "postgres", (root / "postgres").resolve()):
                 _terminate(pid, signal.SIGQUIT)
         redis = state.get("redis", {}).get("pid")
-        if _is_server(redis):
+        if redis and _is_server(redis):
             _terminate(redis, signal.SIGTERM)
         with contextlib.suppress(EmbeddedError):
             for pid in _strays(valkey_server(), (root / "redis").resolve()):
