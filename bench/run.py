@@ -1843,7 +1843,11 @@ class Bench:
         say(f"capacity: steps/s with {concurrencies} worker processes")
         rates: dict[int, list[float]] = {}
         share: dict[tuple[int, str], list[float]] = {}
-        redis_pids = [c.pid for c in self.procs.children if "redis-server" in str(c.args)]
+        redis_pids = [
+            c.pid
+            for c in self.procs.children
+            if "redis-server" in str(c.args) or "valkey-server" in str(c.args)
+        ]
         for c in concurrencies:
             children = self.worker(c, name=f"cap-worker-{c}")
             self.steps_rep(2)
