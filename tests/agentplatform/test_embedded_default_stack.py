@@ -116,8 +116,14 @@ def served(
         yield url, serve, var, token
     finally:
         if serve.poll() is None:
-            os.killpg(serve.pid, signal.SIGKILL)
-            serve.wait()
+            # Ctrl-C first: serve's web, worker and beat run in sessions of their own,
+            # which only serve itself stops.
+            os.killpg(serve.pid, signal.SIGINT)
+            try:
+                serve.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(serve.pid, signal.SIGKILL)
+                serve.wait()
         log.close()
 
 
