@@ -1,10 +1,14 @@
-# agentplatform: make demo | make serve | make test | make lint
+# agentplatform: make demo | make serve | make test | make lint | make stop
+# With DATABASE_URL / CELERY_BROKER_URL (REDIS_URL) unset, every command here runs on the
+# embedded PostgreSQL and Valkey that the first process starts from their wheels, data
+# in var/ (docs/embedded.md). `make serve` and `make demo` stop them when they end;
+# `make stop` stops them after any other command (migrate, a shell) left them running.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo serve test chaos lint format migrate clean bench prerequisites-%
+.PHONY: setup demo serve stop test chaos lint format migrate clean bench prerequisites-%
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -12,8 +16,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
+# Commands that load the settings but use no server (collectstatic, mypy's Django plugin):
+# placeholder URLs keep them from starting the embedded services.
+NO_SERVICES := DATABASE_URL=postgres://none@127.0.0.1:9/none REDIS_URL=redis://127.0.0.1:9/0
+
 setup: $(STAMP)
-	$(PY) manage.py collectstatic --noinput -v 0
+	$(NO_SERVICES) $(PY) manage.py collectstatic --noinput -v 0
 
 migrate: setup
 	$(PY) manage.py migrate --noinput -v 0
@@ -29,8 +37,13 @@ demo: prerequisites-demo migrate
 serve: prerequisites-serve migrate
 	$(PY) manage.py serve
 
+stop:
+	$(PY) -m agentplatform.embedded stop
+
 # The suite runs in TEST_PROCESSES processes (pytest-xdist), each with a test database,
-# a Redis database and a directory of its own (tests/settings.py).
+# a Redis database and a directory of its own (tests/settings.py); on PostgreSQL and
+# Valkey of its own, started and stopped by the run, unless DATABASE_URL and REDIS_URL
+# name servers.
 TEST_PROCESSES ?= 2
 test: prerequisites-test setup
 	$(PY) -m pytest -n $(TEST_PROCESSES)
@@ -48,11 +61,12 @@ bench: setup
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	$(PY) -m mypy
+	$(NO_SERVICES) $(PY) -m mypy
 
 format: setup
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
 clean:
+	-$(PY) -m agentplatform.embedded stop
 	rm -rf var test-output .pytest_cache .mypy_cache .ruff_cache

@@ -1,49 +1,18 @@
-"""Broker transports: the embedded file broker, and Redis that survives its own restart.
+"""The broker transport: kombu's Redis transport, surviving Redis's own restart.
 
-The embedded broker is kombu's filesystem transport with atomic message files. The stock
-transport writes a message file in place, so a consumer polling the folder can move and
-read it before the producer finished writing (an empty or partial message). Writing to a
-temporary name and renaming makes each message appear whole or not at all.
-
-The Redis transport is kombu's, with one change for the moment Redis goes away: see
-``DetachedSafeQoS``. (``jobs.producer`` publishes the platform's own wake-ups to it.)
+It is kombu's, with one change for the moment Redis goes away: see ``DetachedSafeQoS``.
+(``jobs.producer`` publishes the platform's own wake-ups to it.)
 """
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from time import monotonic
 from typing import Any
 
 import structlog
-from kombu.exceptions import ChannelError
-from kombu.transport import TRANSPORT_ALIASES, filesystem, redis
-from kombu.utils.encoding import str_to_bytes
-from kombu.utils.json import dumps
+from kombu.transport import TRANSPORT_ALIASES, redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-
-
-class AtomicFilesystemChannel(filesystem.Channel):
-    # kombu-stubs name the base parameter ``message``; kombu passes it positionally.
-    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
-        final = os.path.join(self.data_folder_out, name)
-        partial = os.path.join(self.data_folder_out, f".{name}.partial")
-        try:
-            with open(partial, "wb") as handle:
-                handle.write(str_to_bytes(dumps(payload)))
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(partial, final)
-        except OSError as exc:
-            raise ChannelError(f"Cannot add file {final!r} to directory") from exc
-
-
-class AtomicFilesystemTransport(filesystem.Transport):
-    Channel = AtomicFilesystemChannel
 
 
 def _detached(channel: Any) -> bool:
@@ -117,7 +86,6 @@ class RedisTransport(redis.Transport):
     Channel = DetachedSafeRedisChannel
 
 
-TRANSPORT_ALIASES.setdefault("fsatomic", "agentplatform.broker:AtomicFilesystemTransport")
 # Every redis:// and rediss:// broker URL of the platform gets the transport above; the
 # URL, and what Celery logs of it, stay as the operator wrote them.
 TRANSPORT_ALIASES["redis"] = TRANSPORT_ALIASES["rediss"] = "agentplatform.broker:RedisTransport"

@@ -7,7 +7,7 @@ from typing import Any
 from celery import Celery, signals
 from celery.worker.consumer import Consumer as CeleryConsumer
 
-from agentplatform import broker  # noqa: F401  (registers the embedded transport)
+from agentplatform import broker  # noqa: F401  (registers the Redis transport)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentplatform.settings")
 

@@ -68,14 +68,12 @@ def queue_names() -> list[str]:
 
 
 def queue_depths() -> dict[str, int | None]:
-    """Messages waiting per Celery queue; None where the broker cannot tell (embedded)."""
+    """Messages waiting per Celery queue; None where the broker did not answer."""
     url = settings.CELERY_BROKER_URL
     queues = queue_names()
     if url.startswith(("redis://", "rediss://")):
         return _redis_queue_depths(url, queues)
-    if url.startswith("amqp://"):
-        return _amqp_queue_depths(queues)
-    return dict.fromkeys(queues)
+    return _amqp_queue_depths(queues)
 
 
 def _redis_queue_depths(url: str, queues: list[str]) -> dict[str, int | None]:
@@ -120,44 +118,21 @@ def _amqp_queue_depths(queues: list[str]) -> dict[str, int | None]:
 
 def duration_percentiles(since: datetime) -> tuple[float | None, float | None]:
     """p50 and p95 of completed runs' durations (seconds) finished since ``since``."""
-    completed = Run.objects.filter(
-        status=Run.Status.COMPLETED,
-        status_changed_at__gte=since,
-        started_at__isnull=False,
-        finished_at__isnull=False,
-    )
-    if connection.vendor == "postgresql":
-        # The same filter as ``completed``, written out so the planner uses the
-        # (status, status_changed_at) index instead of an IN over a subquery.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP "  # noqa: S608
-                "(ORDER BY EXTRACT(EPOCH FROM finished_at - started_at)) "
-                f"FROM {Run._meta.db_table} WHERE status = %s AND status_changed_at >= %s "
-                "AND started_at IS NOT NULL AND finished_at IS NOT NULL",
-                [Run.Status.COMPLETED.value, since],
-            )
-            row = cursor.fetchone()
-        if not row or row[0] is None:
-            return None, None
-        p50, p95 = row[0]
-        return float(p50), float(p95)
-    # SQLite (embedded): no percentile function; the embedded scale is small.
-    durations = sorted(
-        (finished - started).total_seconds()
-        for started, finished in completed.values_list("started_at", "finished_at")[:100_000]
-        if started is not None and finished is not None
-    )
-    if not durations:
+    # PostgreSQL's percentile_cont, in one statement the planner serves from the
+    # (status, status_changed_at) index.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP "  # noqa: S608
+            "(ORDER BY EXTRACT(EPOCH FROM finished_at - started_at)) "
+            f"FROM {Run._meta.db_table} WHERE status = %s AND status_changed_at >= %s "
+            "AND started_at IS NOT NULL AND finished_at IS NOT NULL",
+            [Run.Status.COMPLETED.value, since],
+        )
+        row = cursor.fetchone()
+    if not row or row[0] is None:
         return None, None
-    return _percentile(durations, 0.5), _percentile(durations, 0.95)
-
-
-def _percentile(ordered: list[float], fraction: float) -> float:
-    """Linear interpolation between closest ranks, as PostgreSQL's percentile_cont."""
-    position = (len(ordered) - 1) * fraction
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    p50, p95 = row[0]
+    return float(p50), float(p95)
 
 
 def duration_histogram(since: datetime) -> list[tuple[str, int]]:

@@ -14,18 +14,15 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import psycopg
 from django.db.backends.signals import connection_created
+from psycopg.postgres import types as pg_types
+from psycopg.pq import Format
 
-try:
-    import psycopg
-    from psycopg.postgres import types as pg_types
-    from psycopg.pq import Format
-
-    TIMESTAMPTZ_OID = pg_types["timestamptz"].oid
-    _loader = psycopg.adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT)
-    C_LOADER: Any = _loader if psycopg.pq.__impl__ in ("c", "binary") else None
-except ImportError:  # SQLite-only installs
-    C_LOADER = None
+TIMESTAMPTZ_OID = pg_types["timestamptz"].oid
+_loader = psycopg.adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT)
+# None with psycopg's pure-Python implementation (no C loader to use).
+C_LOADER: Any = _loader if psycopg.pq.__impl__ in ("c", "binary") else None
 
 
 class UtcTimestamptzLoader:
@@ -36,15 +33,15 @@ class UtcTimestamptzLoader:
     """
 
     timezone = datetime.UTC
-    format = Format.TEXT if C_LOADER is not None else 0
+    format = Format.TEXT
 
     def __new__(cls, oid: int, context: Any = None) -> Any:
         return C_LOADER(oid, context)
 
 
 def c_timestamps_use(sender: Any, connection: Any, **kwargs: Any) -> None:
-    """``connection_created``: a PostgreSQL connection in UTC reads times in C."""
-    if C_LOADER is None or connection.vendor != "postgresql":
+    """``connection_created``: a connection in UTC reads times in C."""
+    if C_LOADER is None:
         return
     if connection.timezone is not datetime.UTC:
         return

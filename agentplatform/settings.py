@@ -1,9 +1,10 @@
 """Settings, read from the environment.
 
-With nothing set, agentplatform runs embedded: SQLite in ``var/`` and a Celery
-transport that needs no server (kombu's filesystem transport). With
-``DATABASE_URL=postgres://...`` and ``CELERY_BROKER_URL=redis://...`` (or ``amqp://``)
-it runs in production mode. Every variable is listed in the README.
+With nothing set, agentplatform runs embedded: the same PostgreSQL and Redis (Valkey)
+as production, started for you from pip-installed wheels with their data in ``var/``
+(agentplatform.embedded). With ``DATABASE_URL=postgres://...`` and
+``CELERY_BROKER_URL=redis://...`` (or ``amqp://``) it uses those servers (production
+mode). Every variable is listed in the README.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 import environ
 from django.core.exceptions import ImproperlyConfigured
 from kombu import Queue
+
+from agentplatform import embedded
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -107,14 +110,52 @@ TEMPLATES = [
     },
 ]
 
-# --- Database -------------------------------------------------------------------------
+# --- Database and broker ----------------------------------------------------------------
 
-EMBEDDED_DATABASE_URL = f"sqlite:///{VAR_DIR / 'agentplatform.sqlite3'}"
-DATABASE_URL = _env_value("DATABASE_URL", str, EMBEDDED_DATABASE_URL)
-try:
-    _database = env.db_url_config(DATABASE_URL)
-except Exception as exc:  # django-environ raises several types for a bad URL
-    raise ImproperlyConfigured(f"Invalid value for DATABASE_URL: {exc}") from exc
+# Without DATABASE_URL (or without both CELERY_BROKER_URL and REDIS_URL) the platform
+# starts its own PostgreSQL and Valkey from their wheels, data under this directory, and
+# every process of this checkout shares them (agentplatform.embedded).
+EMBEDDED_SERVICES_DIR = Path(_env_value("AGENTPLATFORM_SERVICES_DIR", str, str(VAR_DIR)))
+_configured_database = _env_value("DATABASE_URL", str, "")
+_configured_broker = _env_value("CELERY_BROKER_URL", str, "")
+_configured_redis = _env_value("REDIS_URL", str, "")
+# Embedded mode: the database is started for you (development, demos, tests by default).
+EMBEDDED = not _configured_database
+# Neither the broker nor REDIS_URL names a Redis (the live views, wake-ups, rate limits).
+EMBEDDED_REDIS = not _configured_redis and not _configured_broker.startswith("redis")
+
+
+def _database_config(url: str) -> dict[str, Any]:
+    try:
+        config: dict[str, Any] = env.db_url_config(url)
+    except Exception as exc:  # django-environ raises several types for a bad URL
+        raise ImproperlyConfigured(f"Invalid value for DATABASE_URL: {exc}") from exc
+    if config["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured("Invalid value for DATABASE_URL: only postgres:// is supported")
+    return config
+
+
+# Configured values are checked before any embedded server would start for them.
+_database = _database_config(_configured_database) if _configured_database else {}
+if _configured_broker and not _configured_broker.startswith(("redis://", "rediss://", "amqp://")):
+    raise ImproperlyConfigured(
+        "Invalid value for CELERY_BROKER_URL: use redis://, rediss:// or amqp://"
+    )
+_services = embedded.Endpoints(database_url="", redis_url="")
+# The directory of the services this process started or found (None: none embedded);
+# ``make serve`` and ``make demo`` stop them when they exit (agentplatform.embedded.held).
+EMBEDDED_SERVICES_IN_USE: Path | None = None
+if EMBEDDED or EMBEDDED_REDIS:
+    try:
+        _services = embedded.ensure(EMBEDDED_SERVICES_DIR)
+        EMBEDDED_SERVICES_IN_USE = EMBEDDED_SERVICES_DIR
+    except (embedded.EmbeddedError, OSError) as exc:
+        raise ImproperlyConfigured(
+            f"The embedded PostgreSQL and Valkey did not start ({exc}). Set DATABASE_URL "
+            "and CELERY_BROKER_URL (or REDIS_URL) to use servers of your own."
+        ) from exc
+DATABASE_URL = _configured_database or _services.database_url
+_database = _database or _database_config(DATABASE_URL)
 
 # Threads per web process that run every request except the live streams
 # (agentplatform.asgi); each holds a database connection while it works. A process runs
@@ -122,79 +163,52 @@ except Exception as exc:  # django-environ raises several types for a bad URL
 # and more only take turns at the interpreter lock (task submissions went 15% faster
 # with four than with eight; scale with processes instead).
 WEB_THREADS = _env_value("WEB_THREADS", int, 4)
-if _database["ENGINE"] == "django.db.backends.sqlite3":
-    # WAL lets readers and one writer work at once; the busy timeout makes a second
-    # writer wait instead of failing; IMMEDIATE takes the write lock at BEGIN, so two
-    # transactions never deadlock upgrading a read lock to a write lock.
-    _database["OPTIONS"] = {
-        "timeout": 30,
-        "transaction_mode": "IMMEDIATE",
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+# A new PostgreSQL connection costs ~3 ms and a backend process, which would dominate
+# short requests and steps. Workers and WSGI processes keep one persistent connection
+# per thread. The web entry point (agentplatform.asgi) also runs the live streams'
+# sync code in a fresh thread per request, where a per-thread connection would be a
+# new (and leaked) connection each time: there a psycopg pool shared by the process
+# hands connections out instead (the entry point turns it on).
+_database.setdefault("OPTIONS", {})
+_database["CONN_HEALTH_CHECKS"] = True
+DATABASE_POOL = _env_value("DATABASE_POOL", bool, False)
+if DATABASE_POOL:
+    _database["CONN_MAX_AGE"] = 0
+    # The pool checks each connection it hands out without a round trip unless its
+    # socket says the server ended it (agentplatform.postgresql).
+    _database["ENGINE"] = "agentplatform.postgresql"
+    _database["OPTIONS"]["pool"] = {
+        "min_size": _env_value("DATABASE_POOL_MIN_SIZE", int, 2),
+        # One per request thread, plus two for the live streams' sign-in checks.
+        "max_size": _env_value("DATABASE_POOL_MAX_SIZE", int, WEB_THREADS + 2),
+        # A request waits this long for a free connection before failing; a burst
+        # larger than the pool queues instead of opening more connections.
+        "timeout": _env_value("DATABASE_POOL_TIMEOUT", float, 30.0),
+        # Connections above the minimum idle this long are closed.
+        "max_idle": _env_value("DATABASE_POOL_MAX_IDLE", float, 60.0),
     }
-elif _database["ENGINE"] == "django.db.backends.postgresql":
-    # A new PostgreSQL connection costs ~3 ms and a backend process, which would dominate
-    # short requests and steps. Workers and WSGI processes keep one persistent connection
-    # per thread. The web entry point (agentplatform.asgi) also runs the live streams'
-    # sync code in a fresh thread per request, where a per-thread connection would be a
-    # new (and leaked) connection each time: there a psycopg pool shared by the process
-    # hands connections out instead (the entry point turns it on).
-    _database.setdefault("OPTIONS", {})
-    _database["CONN_HEALTH_CHECKS"] = True
-    DATABASE_POOL = _env_value("DATABASE_POOL", bool, False)
-    if DATABASE_POOL:
-        _database["CONN_MAX_AGE"] = 0
-        # The pool checks each connection it hands out without a round trip unless its
-        # socket says the server ended it (agentplatform.postgresql).
-        _database["ENGINE"] = "agentplatform.postgresql"
-        _database["OPTIONS"]["pool"] = {
-            "min_size": _env_value("DATABASE_POOL_MIN_SIZE", int, 2),
-            # One per request thread, plus two for the live streams' sign-in checks.
-            "max_size": _env_value("DATABASE_POOL_MAX_SIZE", int, WEB_THREADS + 2),
-            # A request waits this long for a free connection before failing; a burst
-            # larger than the pool queues instead of opening more connections.
-            "timeout": _env_value("DATABASE_POOL_TIMEOUT", float, 30.0),
-            # Connections above the minimum idle this long are closed.
-            "max_idle": _env_value("DATABASE_POOL_MAX_IDLE", float, 60.0),
-        }
-    else:
-        _database["CONN_MAX_AGE"] = _env_value("DATABASE_CONN_MAX_AGE", int, 600)
-    _application_name = _env_value("DATABASE_APPLICATION_NAME", str, "")
-    if _application_name:
-        _database["OPTIONS"]["application_name"] = _application_name
-    _database["TEST"] = {"NAME": _env_value("DATABASE_TEST_NAME", str, None)}
 else:
-    raise ImproperlyConfigured(
-        "Invalid value for DATABASE_URL: only sqlite:// and postgres:// are supported"
-    )
+    _database["CONN_MAX_AGE"] = _env_value("DATABASE_CONN_MAX_AGE", int, 600)
+_application_name = _env_value("DATABASE_APPLICATION_NAME", str, "")
+if _application_name:
+    _database["OPTIONS"]["application_name"] = _application_name
+_database["TEST"] = {"NAME": _env_value("DATABASE_TEST_NAME", str, None)}
 DATABASES = {"default": _database}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-IS_POSTGRES = _database["ENGINE"].endswith(".postgresql")  # Django's backend or ours
 
 # --- Celery ---------------------------------------------------------------------------
 
-EMBEDDED_BROKER_URL = "fsatomic://"
-CELERY_BROKER_URL = _env_value("CELERY_BROKER_URL", str, EMBEDDED_BROKER_URL)
-if not CELERY_BROKER_URL.startswith(("fsatomic://", "redis://", "rediss://", "amqp://")):
+CELERY_BROKER_URL = _configured_broker or _configured_redis or _services.redis_url
+if not CELERY_BROKER_URL.startswith(("redis://", "rediss://", "amqp://")):
     raise ImproperlyConfigured(
-        "Invalid value for CELERY_BROKER_URL: use redis://, rediss://, amqp:// or fsatomic://"
+        "Invalid value for CELERY_BROKER_URL: use redis://, rediss:// or amqp://"
     )
-EMBEDDED = CELERY_BROKER_URL.startswith("fsatomic://")
-PRODUCTION = IS_POSTGRES and not EMBEDDED
+# Production: servers of the operator's own (the secure-deployment checks apply).
+PRODUCTION = not EMBEDDED
 
-if EMBEDDED:
-    _broker_dir = VAR_DIR / "broker"
-    _broker_dir.mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
-        "data_folder_in": str(_broker_dir),
-        "data_folder_out": str(_broker_dir),
-        "control_folder": str(_broker_dir / "control"),
-        "store_processed": False,
-        "polling_interval": 0.1,
-    }
-else:
-    # A message unacknowledged this long is redelivered by Redis; the run lease and the
-    # reaper recover crashed steps much sooner, this is only the broker's own net.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# A message unacknowledged this long is redelivered by Redis; the run lease and the
+# reaper recover crashed steps much sooner, this is only the broker's own net.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 
 CELERY_RESULT_BACKEND = "django-db"
 # One result backend per process, shared by its threads: django-celery-results keeps no
@@ -253,10 +267,10 @@ CELERY_TASK_ROUTES = {
     "webhooks.*": {"queue": "webhooks"},
 }
 
-REDIS_URL = _env_value(
-    "REDIS_URL",
-    str,
-    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith("redis") else "redis://127.0.0.1:6379/0",
+REDIS_URL = (
+    _configured_redis
+    or (_configured_broker if _configured_broker.startswith("redis") else "")
+    or _services.redis_url
 )
 
 
@@ -599,11 +613,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 2_621_440)
 API_THROTTLE_USER_RATE = _env_value("API_THROTTLE_USER_RATE", str, "1200/minute")
 API_THROTTLE_TOKEN_RATE = _env_value("API_THROTTLE_TOKEN_RATE", str, "600/minute")
 API_THROTTLE_ANON_RATE = _env_value("API_THROTTLE_ANON_RATE", str, "120/minute")
-# Where the throttles count: one Redis for every web process and host, or (embedded
-# mode, one process) that process's memory. A limits storage URL.
-API_THROTTLE_STORAGE_URL = _env_value(
-    "API_THROTTLE_STORAGE_URL", str, "memory://" if EMBEDDED else REDIS_URL
-)
+# Where the throttles count: one Redis for every web process and host. A limits
+# storage URL.
+API_THROTTLE_STORAGE_URL = _env_value("API_THROTTLE_STORAGE_URL", str, REDIS_URL)
 # How long a web process may answer from memory who an API token is and which
 # repositories its user may submit to (agentplatform/api/access_cache.py): PostgreSQL
 # notifies every change of tokens, users, memberships, repositories and workspaces, and
@@ -667,7 +679,5 @@ LOGGING = {
         "uvicorn": {**_CONSOLE, "level": LOG_LEVEL},
         "uvicorn.error": {**_CONSOLE, "level": LOG_LEVEL},
         "uvicorn.access": {**_CONSOLE, "level": "WARNING"},
-        # The embedded transport has no host; kombu says so on every connection.
-        "kombu.connection": {"level": "ERROR"},
     },
 }

@@ -34,6 +34,8 @@ from django.db import connection  # noqa: E402
 from django.db.models import F  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from agentplatform import embedded  # noqa: E402
+
 ITEMS = int(os.environ.get("BENCH_ITEMS", 500))
 RUNS = int(os.environ.get("BENCH_RUNS", 200))
 TICKS, TICK_SECONDS = 10, 10
@@ -45,7 +47,7 @@ def _redis() -> tuple[subprocess.Popen[bytes], str]:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
+        [str(embedded.valkey_server()), "--port", str(port), "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL,
         cwd=tempfile.mkdtemp(),
     )

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
+from agentplatform import embedded
 from runs.management.process_groups import process_groups_stop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -333,7 +334,7 @@ class Bench:
         """A Redis of our own (broker, stream, coalescing keys): nobody else purges it."""
         import shutil
 
-        server = shutil.which("redis-server")
+        server = shutil.which("redis-server") or str(embedded.valkey_server())
         if self.args.shared_redis or server is None:
             return
         port = free_port()
@@ -1842,7 +1843,11 @@ class Bench:
         say(f"capacity: steps/s with {concurrencies} worker processes")
         rates: dict[int, list[float]] = {}
         share: dict[tuple[int, str], list[float]] = {}
-        redis_pids = [c.pid for c in self.procs.children if "redis-server" in str(c.args)]
+        redis_pids = [
+            c.pid
+            for c in self.procs.children
+            if "redis-server" in str(c.args) or "valkey-server" in str(c.args)
+        ]
         for c in concurrencies:
             children = self.worker(c, name=f"cap-worker-{c}")
             self.steps_rep(2)

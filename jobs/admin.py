@@ -67,9 +67,7 @@ def is_operator(user: Any) -> bool:
 
 
 def table_row_estimate(model: type[Model]) -> int | None:
-    """The planner's row estimate for a table (PostgreSQL), without scanning it."""
-    if connection.vendor != "postgresql":
-        return None
+    """The planner's row estimate for a table, without scanning it."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",

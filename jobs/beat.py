@@ -2,22 +2,20 @@
 
 The leader holds a session-level PostgreSQL advisory lock on a connection of its own;
 if the leader dies, its connection closes, the lock is released and another beat takes
-over within ``LEADER_RETRY_SECONDS``. On SQLite (embedded, one machine) a file lock in
-``VAR_DIR`` plays the same role. Schedules stay in django-celery-beat's tables, so
+over within ``LEADER_RETRY_SECONDS``. Schedules stay in django-celery-beat's tables, so
 operators edit them in the admin.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import zlib
 from time import monotonic
 from typing import Any
 
+import psycopg
 from django.conf import settings
-from django.db import connections
 from django_celery_beat.schedulers import DatabaseScheduler
 
 from jobs.logs import log
@@ -35,16 +33,8 @@ class LeaderLock:
 
     def __init__(self) -> None:
         self._conn: Any = None
-        self._file: Any = None
 
     def held(self) -> bool:
-        if connections["default"].vendor == "postgresql":
-            return self._postgres_held()
-        return self._file_held()
-
-    def _postgres_held(self) -> bool:
-        import psycopg
-
         if self._conn is not None:
             try:
                 # Leadership lasts as long as this connection: prove it is alive.
@@ -77,28 +67,11 @@ class LeaderLock:
         self._conn = conn
         return True
 
-    def _file_held(self) -> bool:
-        if self._file is not None:
-            return True
-        handle = open(settings.VAR_DIR / "beat-leader.lock", "a+")  # noqa: SIM115
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
-            return False
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        self._file = handle
-        return True
-
     def release(self) -> None:
-        for resource in (self._conn, self._file):
-            if resource is not None:
-                with contextlib.suppress(Exception):
-                    resource.close()
-        self._conn = self._file = None
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+        self._conn = None
 
 
 class LeaderDatabaseScheduler(DatabaseScheduler):

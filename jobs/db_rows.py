@@ -199,13 +199,9 @@ def update_sql(queryset: Any, values: dict[str, Any]) -> tuple[str, list[Any]]:
 
 def _preparing() -> bool:
     connection = _connection()
-    return (
-        connection.vendor == "postgresql"
-        and settings.DATABASE_PREPARED_STATEMENTS
-        # Django's query log (DEBUG, a test's query capture) reads the statement's text,
-        # which a statement executed by name does not carry: sent as text there.
-        and not connection.queries_logged
-    )
+    # Django's query log (DEBUG, a test's query capture) reads the statement's text,
+    # which a statement executed by name does not carry: sent as text there.
+    return settings.DATABASE_PREPARED_STATEMENTS and not connection.queries_logged
 
 
 def _preparing_connection() -> Any:
@@ -252,19 +248,18 @@ _PREPARE_ONLY_WHEN_ASKED = 2**31 - 1
 # (index in the row, column expression, the field's database converters).
 Converting = list[tuple[int, Any, list[Any]]]
 
-# Per (backend, model): the fields' attribute names and, for each field that has any,
+# Per model: the fields' attribute names and, for each field that has any,
 # its database converters. Asking every field for its converters on every step cost more
 # worker CPU than the lease's round trip.
-_ROW_READERS: dict[tuple[str, type[Any]], tuple[list[str], Converting]] = {}
+_ROW_READERS: dict[type[Any], tuple[list[str], Converting]] = {}
 
 
 def converters_of(model: type[Any], fields: Any) -> Converting:
     """(index, column, converters) for each of ``fields`` (of ``model``, in row order)
-    that has database converters on the current connection's backend."""
+    that has database converters."""
     converting = []
     for index, f in enumerate(fields):
-        # The backend's converters take a column expression, as the ORM gives them
-        # (SQLite's read its output_field: a bare field failed there).
+        # The backend's converters take a column expression, as the ORM gives them.
         column = f.get_col(model._meta.db_table)
         converters = connection.ops.get_db_converters(column) + f.get_db_converters(connection)
         if converters:
@@ -285,13 +280,11 @@ def row_convert(values: Any, converting: Converting) -> list[Any]:
 
 
 def _row_reader(model: type[Any]) -> tuple[list[str], Converting]:
-    connection = _connection()
-    key = (connection.vendor, model)
-    reader = _ROW_READERS.get(key)
+    reader = _ROW_READERS.get(model)
     if reader is None:
         fields = model._meta.concrete_fields
         reader = ([f.attname for f in fields], converters_of(model, fields))
-        _ROW_READERS[key] = reader
+        _ROW_READERS[model] = reader
     return reader
 
 

@@ -14,13 +14,9 @@ def sweep_lock(name: str) -> Iterator[bool]:
     """Yields True if this process holds the sweep ``name`` for the transaction.
 
     Transaction-scoped (pg_try_advisory_xact_lock): released at commit or when the
-    holder dies, so a crashed sweeper never blocks the next one. On SQLite there is one
-    machine and IMMEDIATE transactions already serialize writers.
+    holder dies, so a crashed sweeper never blocks the next one.
     """
     with transaction.atomic():
-        if connection.vendor != "postgresql":
-            yield True
-            return
         key = zlib.crc32(f"agentplatform:{name}".encode())
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])

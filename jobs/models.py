@@ -210,9 +210,8 @@ class WorkerHeartbeat(models.Model):
     """A Celery worker's last sign of life, written by the worker itself every few seconds.
 
     The console and ``/readyz`` read these rows instead of asking the broker (a
-    broadcast ping blocks for its whole timeout and finds nothing on the embedded
-    transport). A worker is alive while its last heartbeat is recent and it has not
-    said goodbye.
+    broadcast ping blocks for its whole timeout). A worker is alive while its last
+    heartbeat is recent and it has not said goodbye.
     """
 
     name = models.CharField(max_length=300, unique=True)

@@ -38,7 +38,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from jobs import metrics, redis_round
@@ -84,9 +83,7 @@ RELAY_DRAIN_SECONDS = 20.0
 
 
 def _coalescing_client() -> Any:
-    """The Redis holding the wake-up keys; None in embedded mode (no Redis there)."""
-    if settings.EMBEDDED:
-        return None
+    """The Redis holding the wake-up keys."""
     import redis
 
     url = settings.REDIS_URL
@@ -110,18 +107,15 @@ def relay_wake(*, countdown: float | None = None, publish: tuple[str, str] | Non
     """
     if countdown is None:
         client = _coalescing_client()
-        if client is not None:
-            commands = [
-                redis_round.command("set", RELAY_PENDING_KEY, 1, px=RELAY_SCHEDULED_TTL_MS),
-                redis_round.command(
-                    "set", RELAY_SCHEDULED_KEY, 1, nx=True, px=RELAY_SCHEDULED_TTL_MS
-                ),
-            ]
-            if publish is not None:
-                commands.append(redis_round.command("publish", *publish))
-            # With the other wake-ups of the same commit, in one round trip (redis_round).
-            redis_round.send(client, commands, _relay_wake_coalesced)
-            return
+        commands = [
+            redis_round.command("set", RELAY_PENDING_KEY, 1, px=RELAY_SCHEDULED_TTL_MS),
+            redis_round.command("set", RELAY_SCHEDULED_KEY, 1, nx=True, px=RELAY_SCHEDULED_TTL_MS),
+        ]
+        if publish is not None:
+            commands.append(redis_round.command("publish", *publish))
+        # With the other wake-ups of the same commit, in one round trip (redis_round).
+        redis_round.send(client, commands, _relay_wake_coalesced)
+        return
     _relay_send(countdown)
 
 
@@ -156,8 +150,7 @@ def relay_wake_taken() -> None:
     """A relay starts draining: commits from now on must make it (or another) look again."""
     with contextlib.suppress(Exception):
         client = _coalescing_client()
-        if client is not None:
-            client.delete(RELAY_PENDING_KEY)
+        client.delete(RELAY_PENDING_KEY)
 
 
 def relay_wake_done(*, more: bool = False) -> None:
@@ -171,12 +164,6 @@ def relay_wake_done(*, more: bool = False) -> None:
 
     try:
         client = _coalescing_client()
-        if client is None:
-            if more:
-                outbox_relay.apply_async(
-                    queue=RELAY_QUEUE, producer=task_producer(outbox_relay.app)
-                )
-            return
         if more or client.get(RELAY_PENDING_KEY):
             client.pexpire(RELAY_SCHEDULED_KEY, RELAY_SCHEDULED_TTL_MS)
             outbox_relay.apply_async(
@@ -199,16 +186,15 @@ def relay_wake_reset() -> None:
     """Forget queued wake-ups (after purging the queues: no relay task is queued any more)."""
     with contextlib.suppress(Exception):
         client = _coalescing_client()
-        if client is not None:
-            client.delete(RELAY_PENDING_KEY, RELAY_SCHEDULED_KEY)
+        client.delete(RELAY_PENDING_KEY, RELAY_SCHEDULED_KEY)
 
 
 # --- sinks ---------------------------------------------------------------------------------
 
 
 def stream_enabled() -> bool:
-    """The stream needs a Redis; embedded mode has none."""
-    return not settings.EMBEDDED and bool(settings.EVENT_STREAM_REDIS_URL)
+    """The stream is on unless its Redis URL is blank."""
+    return bool(settings.EVENT_STREAM_REDIS_URL)
 
 
 def stream_client() -> Any:
@@ -349,31 +335,23 @@ class Deliveries:
 # --- the relay -----------------------------------------------------------------------------
 
 
-def _heads_sql(table: str, lock: str) -> str:
-    """The SELECT of the available head rows' partition keys (parameters: now, limit)."""
+def _heads_sql(table: str) -> str:
+    """The SELECT of the available head rows' partition keys, each head locked unless
+    another relay holds it (parameters: now, limit)."""
     return (
         f"SELECT o.partition_key FROM {table} o "  # noqa: S608 - table name is ours
         "WHERE o.published_at IS NULL AND o.available_at <= %s "
         f"AND NOT EXISTS (SELECT 1 FROM {table} e WHERE e.partition_key = o.partition_key "
         "AND e.published_at IS NULL AND e.id < o.id) "
-        f"ORDER BY o.id LIMIT %s{lock}"
+        "ORDER BY o.id LIMIT %s FOR UPDATE OF o SKIP LOCKED"
     )
-
-
-def _heads_claim(*, now: datetime, partitions: int) -> list[str]:
-    """Lock the available head row of up to ``partitions`` partitions; their keys."""
-    table = OutboxEvent._meta.db_table
-    lock = " FOR UPDATE OF o SKIP LOCKED" if connection.vendor == "postgresql" else ""
-    with connection.cursor() as cursor:
-        cursor.execute(_heads_sql(table, lock), [now, partitions])
-        return [key for (key,) in cursor.fetchall()]
 
 
 @functools.cache
 def _batch_claim_sql() -> str:
     """One PostgreSQL statement for a batch's claim (built once per process).
 
-    It locks the heads as ``_heads_claim`` does, then the partitions' pending rows in id
+    It locks the heads (``_heads_sql``), then the partitions' pending rows in id
     order up to the limit (the heads are ours, so that plain FOR UPDATE never waits), and
     returns those rows with, in one extra column, the active HTTP subscriptions of their
     workspaces (``[id, workspace id, event types]``, by id; an uncorrelated subquery, so
@@ -384,7 +362,7 @@ def _batch_claim_sql() -> str:
     subscriptions = quote(EventSubscription._meta.db_table)
     columns = ", ".join(f"r.{quote(f.column)}" for f in OutboxEvent._meta.concrete_fields)
     return (
-        f"WITH heads AS MATERIALIZED ({_heads_sql(table, ' FOR UPDATE OF o SKIP LOCKED')}), "  # noqa: S608 - names are ours
+        f"WITH heads AS MATERIALIZED ({_heads_sql(table)}), "  # noqa: S608 - names are ours
         f"claimed AS MATERIALIZED (SELECT c.* FROM {table} c "
         "WHERE c.partition_key IN (SELECT partition_key FROM heads) "
         "AND c.published_at IS NULL ORDER BY c.id LIMIT %s FOR UPDATE OF c) "
@@ -400,16 +378,6 @@ def _batch_claim(
 ) -> tuple[list[OutboxEvent], Deliveries]:
     """Lock up to ``partitions`` partitions and their pending rows (up to ``limit``, in id
     order); the rows and the HTTP subscriptions of their workspaces."""
-    if connection.vendor != "postgresql":
-        keys = _heads_claim(now=now, partitions=partitions)
-        if not keys:
-            return [], Deliveries()
-        rows = list(
-            OutboxEvent.objects.select_for_update()
-            .filter(partition_key__in=keys, published_at__isnull=True)
-            .order_by("id")[:limit]
-        )
-        return rows, Deliveries.for_rows(rows)
     with connection.cursor() as cursor:
         cursor.execute(_batch_claim_sql(), [now, partitions, limit])
         fetched = cursor.fetchall()
@@ -487,11 +455,6 @@ def outbox_relay_batch(
 
 def _published_mark(ids: list[int]) -> None:
     """Mark rows published (a fixed statement; the ORM's compiler cost more than it)."""
-    if connection.vendor != "postgresql":
-        OutboxEvent.objects.filter(pk__in=ids).update(
-            published_at=timezone.now(), attempts=F("attempts") + 1, last_error=""
-        )
-        return
     table = connection.ops.quote_name(OutboxEvent._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
@@ -562,8 +525,6 @@ def outbox_statistics_refresh() -> bool:
     drain goes on.
     """
     global _statistics_refreshed_at
-    if connection.vendor != "postgresql":
-        return False
     if time.monotonic() - _statistics_refreshed_at < STATISTICS_REFRESH_SECONDS:
         return False
     table = connection.ops.quote_name(OutboxEvent._meta.db_table)

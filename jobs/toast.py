@@ -14,9 +14,7 @@ from typing import Any
 
 def lz4_available(connection: Any) -> bool:
     """Whether this PostgreSQL server was built with lz4 (14 and later, when so
-    configured); False on any other database."""
-    if connection.vendor != "postgresql":
-        return False
+    configured)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT EXISTS (SELECT 1 FROM pg_settings"
@@ -27,7 +25,7 @@ def lz4_available(connection: Any) -> bool:
 
 def compression_set(columns: Sequence[tuple[str, str]], method: str) -> Callable[[Any, Any], None]:
     """A migration step (``RunPython``) that sets the compression of ``columns`` (table,
-    column) to ``method`` (``lz4`` or ``default``), on PostgreSQL with lz4 only."""
+    column) to ``method`` (``lz4`` or ``default``), on a server built with lz4 only."""
 
     def apply(apps: Any, schema_editor: Any) -> None:
         connection = schema_editor.connection

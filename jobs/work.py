@@ -328,7 +328,7 @@ def work_wake_new(*queues: str) -> int:
 
     A request that creates an item pays one Redis round trip instead of a broker
     message, and one drain task runs any number of items committed meanwhile. Without
-    the coalescing keys (embedded mode, Redis unreachable) a drain task is sent anyway.
+    the coalescing keys (Redis unreachable) a drain task is sent anyway.
     Like a lost message, a refused send leaves the items pending for the sweep, which
     measures their wait from ``created_at``.
     """
@@ -337,13 +337,12 @@ def work_wake_new(*queues: str) -> int:
     idle = list(queues)
     try:
         client = _coalescing_client()
-        if client is not None:
-            pipe = client.pipeline(transaction=False)
-            for queue in queues:
-                pipe.set(_drain_pending_key(queue), 1, px=DRAIN_SLOT_TTL_MS)
-                pipe.set(_drain_slot_key(queue, 0), 1, nx=True, px=DRAIN_SLOT_TTL_MS)
-            taken = pipe.execute()[1::2]
-            idle = [queue for queue, took in zip(queues, taken, strict=True) if took]
+        pipe = client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.set(_drain_pending_key(queue), 1, px=DRAIN_SLOT_TTL_MS)
+            pipe.set(_drain_slot_key(queue, 0), 1, nx=True, px=DRAIN_SLOT_TTL_MS)
+        taken = pipe.execute()[1::2]
+        idle = [queue for queue, took in zip(queues, taken, strict=True) if took]
     except Exception:
         log.warning("work.coalesce_failed", queues=list(queues), exc_info=True)
         client = None
@@ -356,10 +355,9 @@ def work_wake_reset() -> None:
 
     with contextlib.suppress(Exception):
         client = _coalescing_client()
-        if client is not None:
-            keys = list(client.scan_iter(match="agentplatform:work:*", count=1000))
-            if keys:
-                client.delete(*keys)
+        keys = list(client.scan_iter(match="agentplatform:work:*", count=1000))
+        if keys:
+            client.delete(*keys)
 
 
 # The drains' wake-ups of a threaded web server (WAKE_UPS_BATCHED), sent from a thread
@@ -410,19 +408,6 @@ def _claim_next_sql() -> str:
 
 def _claim_next(queue: str) -> WorkItem | None:
     now = timezone.now()
-    if connection.vendor != "postgresql":
-        # SQLite (embedded) has one writer at a time: the oldest candidates, each claimed
-        # (or dead-lettered as poison) as a wake-up of that item would.
-        for pk in (
-            WorkItem.objects.filter(status=WorkItem.Status.PENDING, queue=queue, due_at__lte=now)
-            .filter(Q(lease_until__isnull=True) | Q(lease_until__lte=now))
-            .order_by("due_at")
-            .values_list("pk", flat=True)[:10]
-        ):
-            item, _ = _claim(pk)
-            if item is not None:
-                return item
-        return None
     with connection.cursor() as cursor:
         cursor.execute(
             _claim_next_sql(),
@@ -458,9 +443,8 @@ def work_drain(*, queue: str, slot: int = 0, seconds: float | None = None) -> Dr
 
     budget = settings.WORK_DRAIN_SECONDS if seconds is None else seconds
     client = _coalescing_client()
-    if client is not None:
-        with contextlib.suppress(Exception):
-            client.delete(_drain_pending_key(queue))  # what was committed until now is ours
+    with contextlib.suppress(Exception):
+        client.delete(_drain_pending_key(queue))  # what was committed until now is ours
     report = DrainReport()
     started = refreshed = time.monotonic()
     try:
@@ -589,24 +573,23 @@ def _claim(item_id: int) -> tuple[WorkItem | None, str]:
     """Lease the item for this worker; (item, "claimed") or (None, why not)."""
     now = timezone.now()
     token = uuid.uuid4().hex
-    if connection.vendor == "postgresql":
-        # One round trip for the usual case; anything else (missing, done, in flight,
-        # early, poison) is told apart under the row lock below.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _claim_sql(),
-                [
-                    now + timedelta(seconds=settings.WORK_LEASE_SECONDS),
-                    token,
-                    item_id,
-                    now,
-                    now,
-                    settings.WORK_POISON_CRASHES,
-                ],
-            )
-            row = cursor.fetchone()
-        if row is not None:
-            return instance_from_row(WorkItem, row), "claimed"
+    # One round trip for the usual case; anything else (missing, done, in flight,
+    # early, poison) is told apart under the row lock below.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _claim_sql(),
+            [
+                now + timedelta(seconds=settings.WORK_LEASE_SECONDS),
+                token,
+                item_id,
+                now,
+                now,
+                settings.WORK_POISON_CRASHES,
+            ],
+        )
+        row = cursor.fetchone()
+    if row is not None:
+        return instance_from_row(WorkItem, row), "claimed"
     with transaction.atomic():
         item = WorkItem.objects.select_for_update().filter(pk=item_id).first()
         if item is None:

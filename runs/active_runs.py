@@ -23,12 +23,6 @@ class Drift:
     counted: int
 
 
-def counted_by_triggers() -> bool:
-    """Whether the database keeps the counts (PostgreSQL); elsewhere admission scans the
-    active runs."""
-    return connection.vendor == "postgresql"
-
-
 def active_condition_sql(status: str = "status") -> str:
     """A run is active: not terminal, in the words of the run_active index's condition
     (the same values in the same order), which PostgreSQL then matches without a
@@ -38,11 +32,9 @@ def active_condition_sql(status: str = "status") -> str:
 
 
 def recount(*, fix: bool = False) -> list[Drift]:
-    """Where the stored counts differ from the active runs (PostgreSQL; nothing
-    elsewhere). With ``fix`` the counts are rebuilt from the runs: the runs are locked
-    against writes meanwhile (a few milliseconds per thousand active runs)."""
-    if not counted_by_triggers():
-        return []
+    """Where the stored counts differ from the active runs. With ``fix`` the counts are
+    rebuilt from the runs: the runs are locked against writes meanwhile (a few
+    milliseconds per thousand active runs)."""
     runs = connection.ops.quote_name(Run._meta.db_table)
     counts = connection.ops.quote_name(ActiveRunCount._meta.db_table)
     active = active_condition_sql()

@@ -135,7 +135,7 @@ def _lease_update(*, run_id: uuid.UUID | str, step_no: int, owner: str) -> tuple
         owner,
         now + timedelta(seconds=settings.RUN_LEASE_SECONDS),
         now,
-        uuid.UUID(str(run_id)).hex if connection.vendor == "sqlite" else run_id,
+        run_id,
         step_no,
         *active,
         now,
@@ -157,7 +157,7 @@ def _leased_row(statement: str, params: list[Any]) -> tuple[Any, ...] | None:
     """The first row of a lease-taking ``statement``; outside a caller's transaction
     (whose commit must stay synchronous) sent with the relaxed commit in one round trip
     and one implicit transaction, as prepared statements where they are on."""
-    if connection.vendor == "postgresql" and not connection.in_atomic_block:
+    if not connection.in_atomic_block:
         return execute_together([_RELAXED_COMMIT, (statement, params)])
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
@@ -191,16 +191,10 @@ def lease_acquire_loaded(
     """Take the lease (as ``lease_acquire``) and load the run with its task, repository and
     workspace; None if the message is stale or the run busy.
 
-    On PostgreSQL one statement does both: the UPDATE's RETURNING gives the run's row as
-    the lease left it, joined to the rows the step reads. A refused lease returns no row
-    and loads nothing.
+    One statement does both: the UPDATE's RETURNING gives the run's row as the lease
+    left it, joined to the rows the step reads. A refused lease returns no row and loads
+    nothing.
     """
-    if connection.vendor != "postgresql":
-        lease = lease_acquire(run_id=run_id, step_no=step_no, owner=owner)
-        if lease is None:
-            return None
-        run = Run.objects.select_related("task__repository", "task__workspace").get(pk=run_id)
-        return lease, run
     kept = connection.connection is not None and not connection.in_atomic_block
     try:
         return _lease_acquire_loaded(run_id=run_id, step_no=step_no, owner=owner)
@@ -284,19 +278,11 @@ def lease_continue_loaded(lease: Lease) -> tuple[Lease, Run] | None:
     """After a commit that kept the lease: the lease of the next step, with the run, its
     task, repository and workspace as they are now (one SELECT, fenced on the lease; None
     if the lease is no longer this worker's)."""
-    if connection.vendor != "postgresql":
-        run = (
-            _fenced(lease)
-            .filter(step_no=lease.step_no + 1)
-            .select_related("task__repository", "task__workspace")
-            .first()
-        )
-    else:
-        # The same statement as the one-round-trip commit's load: prepared once for both.
-        with cursor_prepared() as cursor:
-            cursor.execute(_next_loaded_select(), _next_loaded_params(lease))
-            row = cursor.fetchone()
-        run = None if row is None else _loaded_instances(row)
+    # The same statement as the one-round-trip commit's load: prepared once for both.
+    with cursor_prepared() as cursor:
+        cursor.execute(_next_loaded_select(), _next_loaded_params(lease))
+        row = cursor.fetchone()
+    run = None if row is None else _loaded_instances(row)
     if run is None:
         return None
     return Lease(run.id, lease.owner, lease.attempt, lease.step_no + 1), run
@@ -795,8 +781,7 @@ def _commit_at_once(
     run, lease = ctx.run, ctx.lease
     source, target = run.status, outcome.to
     if (
-        connection.vendor != "postgresql"
-        or connection.in_atomic_block
+        connection.in_atomic_block
         or ctx._commit_writes
         or (target in TERMINAL and target != S.COMPLETED)
     ):

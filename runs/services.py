@@ -32,7 +32,6 @@ from jobs.db_rows import (
     update_sql,
 )
 from runs import dispatch
-from runs.active_runs import active_condition_sql, counted_by_triggers
 from runs.identities import idempotency_key_reserved, requested_by_user
 from runs.logs import log
 from runs.models import (
@@ -128,9 +127,6 @@ def admission_check(
     return None
 
 
-_UNCAPPED = 2**63 - 1  # a count's LIMIT that never stops it (bigint's largest)
-
-
 def _admission_counted(workspace: Workspace, repository: Repository) -> dict[str, Any]:
     """What admission counts for a submission to ``repository`` (``_admission_counts``'s
     arguments)."""
@@ -138,14 +134,10 @@ def _admission_counted(workspace: Workspace, repository: Repository) -> dict[str
     # workspace's, its count never refuses what the workspace's count let through, and
     # the workspace's alone is read.
     repository_decides = repository.max_active_runs < workspace.max_active_runs
-    # A scan of the active runs (see _admission_counts) stops at the workspace's limit: a
-    # count that reaches it refuses whatever the margin, and below it both counts are
-    # exact, so admission answers as with the full counts.
     return {
         "workspace_id": workspace.pk,
         "repository_id": repository.pk if repository_decides else None,
         "spend": workspace.daily_cost_budget_usd > 0,
-        "cap": workspace.max_active_runs,
     }
 
 
@@ -162,26 +154,23 @@ def _admission_counts(
     workspace_id: int,
     repository_id: int | None,
     spend: bool,
-    cap: int = _UNCAPPED,
     lane: bool = False,
 ) -> tuple[int, int, Decimal]:
     """Active runs of the workspace and, among them, of the repository and, with
     ``spend``, the workspace's spend today (``workspace_spend_today``), read by one
     statement (one snapshot). Without ``repository_id`` the repository's count is 0.
 
-    On PostgreSQL the counts are the sums of the workspace's and the repository's rows in
+    The counts are the sums of the workspace's and the repository's rows in
     ``ActiveRunCount``, which triggers on runs keep in the transactions that change them:
-    a few rows, however many runs are active. Elsewhere they are a scan of the active
-    runs that stops after ``cap`` runs of the workspace: below the cap both counts are
-    exact; at the cap the workspace is full, whatever the repository's count. Every
-    submission counts: a fixed statement, not a queryset built each time.
+    a few rows, however many runs are active. Every submission counts: a fixed
+    statement, not a queryset built each time.
 
     ``lane``: take an admission lane of the workspace first, in the same round trip. The
     count is a statement of its own after it, so its snapshot is taken once the lane is
     held and sees every admission that let its lane go.
     """
     params = _admission_counts_params(
-        workspace_id=workspace_id, repository_id=repository_id, spend=spend, cap=cap
+        workspace_id=workspace_id, repository_id=repository_id, spend=spend
     )
     counts = _admission_counts_sql(spend, repository_id is not None)
     if lane:
@@ -196,24 +185,22 @@ def _admission_counts(
 
 
 def _admission_counts_params(
-    *, workspace_id: int, repository_id: int | None, spend: bool, cap: int
+    *, workspace_id: int, repository_id: int | None, spend: bool
 ) -> list[Any]:
     """The parameters of ``_admission_counts_sql(spend, repository_id is not None)``."""
     params: list[Any] = [] if repository_id is None else [repository_id]
     if spend:
         params += [workspace_id, spend_day()]
-    if counted_by_triggers():
-        return [*params, workspace_id, *([] if repository_id is None else [repository_id])]
-    return [*params, workspace_id, cap]
+    return [*params, workspace_id, *([] if repository_id is None else [repository_id])]
 
 
 def _admission_counts_sql(spend: bool, per_repository: bool) -> str:
     """The statement of ``_admission_counts``: its parameters ``_admission_counts_params``."""
-    return _admission_counts_text(spend, per_repository, counted_by_triggers())
+    return _admission_counts_text(spend, per_repository)
 
 
 @functools.cache
-def _admission_counts_text(spend: bool, per_repository: bool, by_triggers: bool) -> str:
+def _admission_counts_text(spend: bool, per_repository: bool) -> str:
     quote = connection.ops.quote_name
     repository = quote("repository_id")
     spent = "NULL"
@@ -224,31 +211,22 @@ def _admission_counts_text(spend: bool, per_repository: bool, by_triggers: bool)
             f"(SELECT {quote('cost_usd')} FROM {table}"  # noqa: S608 - names are ours
             f" WHERE {quote('workspace_id')} = %s AND {quote('day')} = %s)"
         )
-    if by_triggers:
-        # The workspace's rows (repository 0) and, when asked, the repository's: read
-        # through the primary key (workspace, repository, stripe), a range for each.
-        counts = quote(ActiveRunCount._meta.db_table)
-        runs = quote("runs")
-        in_repository = (
-            f"COALESCE(SUM({runs}) FILTER (WHERE {repository} = %s), 0)" if per_repository else "0"
-        )
-        repositories = "IN (0, %s)" if per_repository else "= 0"
-        in_workspace = (
-            f"COALESCE(SUM({runs}) FILTER (WHERE {repository} = 0), 0)"
-            if per_repository
-            else f"COALESCE(SUM({runs}), 0)"
-        )
-        return (
-            f"SELECT {in_workspace}, {in_repository}, {spent} FROM {counts}"  # noqa: S608
-            f" WHERE {quote('workspace_id')} = %s AND {repository} {repositories}"
-        )
-    run = quote(Run._meta.db_table)
-    in_repository = f"COUNT(*) FILTER (WHERE {repository} = %s)" if per_repository else "0"
+    # The workspace's rows (repository 0) and, when asked, the repository's: read
+    # through the primary key (workspace, repository, stripe), a range for each.
+    counts = quote(ActiveRunCount._meta.db_table)
+    runs = quote("runs")
+    in_repository = (
+        f"COALESCE(SUM({runs}) FILTER (WHERE {repository} = %s), 0)" if per_repository else "0"
+    )
+    repositories = "IN (0, %s)" if per_repository else "= 0"
+    in_workspace = (
+        f"COALESCE(SUM({runs}) FILTER (WHERE {repository} = 0), 0)"
+        if per_repository
+        else f"COALESCE(SUM({runs}), 0)"
+    )
     return (
-        f"SELECT COUNT(*), {in_repository}, {spent}"  # noqa: S608 - names are ours
-        f" FROM (SELECT {repository} FROM {run}"
-        f" WHERE ({active_condition_sql(quote('status'))} AND {quote('workspace_id')} = %s)"
-        f" ORDER BY {repository} LIMIT %s) AS active"
+        f"SELECT {in_workspace}, {in_repository}, {spent} FROM {counts}"  # noqa: S608
+        f" WHERE {quote('workspace_id')} = %s AND {repository} {repositories}"
     )
 
 
@@ -278,7 +256,7 @@ def _budget_spent(budget: Decimal) -> str:
 # submission holds one of ``ADMISSION_LANES`` transaction-scoped advisory locks (a lane)
 # while it counts and inserts, and admits only if the count plus one run per lane still
 # fits. Whoever counts last then sees every other admission either committed or holding a
-# lane, so the limit holds. Near a limit (or on SQLite) the submission takes every lane
+# lane, so the limit holds. Near a limit the submission takes every lane
 # and the workspace row instead: the exact check, one at a time.
 _LANE_KEY = 0x61640000  # advisory-lock key space: (lane key + lane, workspace id)
 # The transaction's lane, for the triggers of migration 0020 (ActiveRunCount's stripes).
@@ -290,7 +268,7 @@ class _NearLimit(Exception):
 
 
 def _lanes() -> int:
-    return settings.ADMISSION_LANES if connection.vendor == "postgresql" else 0
+    return settings.ADMISSION_LANES
 
 
 def _lock_workspace(workspace_id: int) -> Workspace:
@@ -624,18 +602,6 @@ def _submission_insert(
     On commit the run's wake-up goes first, then the relay's, the live views' and the
     metrics (``events_recorded``).
     """
-    if connection.vendor != "postgresql":
-        assert not admitting  # no admission lanes here
-        if run is not None:
-            dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
-        task.save(force_insert=True)
-        if run is not None:
-            run.save(force_insert=True)
-            last = run.last_sequence_no
-            events_record(task=task, run=run, events=events, reserved=(last, len(events)))
-        else:
-            events_record(task=task, run=None, events=events)
-        return True
     now = timezone.now()
     sequences = list(range(1, len(events) + 1)) if run is not None else []
     prepared = events_prepare(task=task, run=run, events=events, sequences=sequences)

@@ -121,7 +121,7 @@ def _sequence_reserve(run_id: uuid.UUID, count: int) -> int:
         cursor.execute(
             f"UPDATE {Run._meta.db_table} SET last_sequence_no = last_sequence_no + %s "  # noqa: S608
             "WHERE id = %s RETURNING last_sequence_no",
-            [count, run_id.hex if connection.vendor == "sqlite" else run_id],
+            [count, run_id],
         )
         row = cursor.fetchone()
     if row is None:
@@ -274,7 +274,7 @@ def events_recorded(*, task: Task, run: Run | None, events: list[PendingEvent]) 
     if "request_id" in bound and bound.get("task_id") in (None, str(task.id)):
         bind_contextvars(workspace_id=task.workspace_id, task_id=str(task.id))
     transaction.on_commit(partial(events_observe, task, run, events), robust=True)
-    if run is not None and not settings.EMBEDDED:
+    if run is not None:
         # The relay's wake-up and the live views' announcement share a round trip.
         transaction.on_commit(partial(_wake_relay_announce, run.id, run.last_sequence_no))
     else:
@@ -282,12 +282,12 @@ def events_recorded(*, task: Task, run: Run | None, events: list[PendingEvent]) 
 
 
 def _rows_insert(recorded: list[RunEvent], outbox: list[OutboxEvent]) -> None:
-    """INSERT the timeline and outbox rows; on PostgreSQL both in one round trip.
+    """INSERT the timeline and outbox rows, both in one round trip.
 
     The client-side cursor sends the two statements as one query string; they run in
     the caller's transaction like two separate calls would.
     """
-    if connection.vendor != "postgresql" or not recorded:
+    if not recorded:
         RunEvent.objects.bulk_create(recorded)
         OutboxEvent.objects.bulk_create(outbox)
         return

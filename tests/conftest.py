@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -18,7 +20,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from agentplatform import prerequisites
+from agentplatform import embedded, prerequisites
 from runs import demo
 from runs.management.process_groups import process_groups_stop
 from tests.chaos.services import live_processes
@@ -40,18 +42,9 @@ def _reachable(url: str, default_port: int) -> bool:
         return False
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """Under REQUIRE_SERVICES=1 a missing program the suite needs ends the run at once, in
-    one clear message, before any test process starts."""
-    if os.environ.get("REQUIRE_SERVICES") != "1" or os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    missing = prerequisites.missing_programs("test")
-    if missing:
-        pytest.exit(prerequisites.report(missing, "test"), returncode=4)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip service tests when PostgreSQL or Redis is down, unless REQUIRE_SERVICES=1."""
+def _services_missing() -> str | None:
+    """Why PostgreSQL or Redis cannot be reached (the configured servers, or the embedded
+    ones that did not start: tests/settings.py), or None."""
     missing = [
         name
         for name, url, port in (
@@ -61,10 +54,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if not _reachable(url, port)
     ]
     if not missing:
-        return
+        return None
     message = f"{' and '.join(missing)} unreachable"
-    if os.environ.get("REQUIRE_SERVICES") == "1":
-        raise pytest.UsageError(f"{message}, and REQUIRE_SERVICES=1 makes that an error")
+    error = os.environ.get("EMBEDDED_SERVICES_ERROR")
+    if error:
+        message += f" (the embedded services did not start: {error})"
+    return message
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under REQUIRE_SERVICES=1 a missing program or service ends the run at once, in one
+    clear message, before any test process starts (an error raised later, inside an xdist
+    worker, would end as the controller's INTERNALERROR)."""
+    if os.environ.get("REQUIRE_SERVICES") != "1" or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    missing = prerequisites.missing_programs("test")
+    if missing:
+        pytest.exit(prerequisites.report(missing, "test"), returncode=4)
+    unreachable = _services_missing()
+    if unreachable:
+        pytest.exit(f"{unreachable}, and REQUIRE_SERVICES=1 makes that an error", returncode=4)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip service tests when PostgreSQL or Redis is down (REQUIRE_SERVICES=1 never gets
+    here with them down: see pytest_sessionstart)."""
+    message = _services_missing()
+    if message is None:
+        return
     skip = pytest.mark.skip(reason=message)
     for item in items:
         if "no_services" not in item.keywords:
@@ -91,6 +108,21 @@ def _access_listener_stopped_at_end(django_db_setup: Any) -> Iterator[None]:
     from agentplatform.api.access_cache import listener_stop
 
     listener_stop()
+
+
+@pytest.fixture
+def embedded_var() -> Iterator[Path]:
+    """A var directory for embedded services of the test's own, stopped and removed at
+    teardown. Not under pytest's tmp_path: pytest makes its base directory private again
+    (0700) whenever another session starts, and the servers' unprivileged account would
+    lose its way to the data directories mid-test."""
+    path = Path(tempfile.mkdtemp(prefix="agentplatform-embedded-"))
+    path.chmod(0o711)
+    try:
+        yield path / "var"
+    finally:
+        embedded.stop(path / "var")
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # --- repositories ---------------------------------------------------------------------------
@@ -358,7 +390,8 @@ def free_port() -> int:
 
 
 class OwnRedis:
-    """A redis-server on a free port without persistence: a restart loses every message."""
+    """A Redis server (the embedded Valkey's binary) on a free port without persistence:
+    a restart loses every message."""
 
     def __init__(self, workdir: Path) -> None:
         self.port = free_port()
@@ -370,7 +403,7 @@ class OwnRedis:
     def start(self) -> None:
         self.process = subprocess.Popen(
             [
-                "redis-server",
+                str(embedded.valkey_server()),
                 "--port",
                 str(self.port),
                 "--bind",

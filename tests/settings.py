@@ -1,24 +1,74 @@
 """Test settings: the production shape (PostgreSQL + Redis) with short leases.
 
-DATABASE_URL / REDIS_URL override the local default ports; pytest-django creates the
-test database ``test_<name>`` (or DATABASE_TEST_NAME) and worker processes started by
-the tests are pointed at it. ``make test`` runs the tests in parallel processes
-(pytest-xdist), each with services of its own (``_own_per_test_process``).
+With DATABASE_URL and REDIS_URL set the tests use those servers; for either not set, the
+embedded PostgreSQL and Valkey of agentplatform.embedded, started for this test session
+in its temporary directory and stopped when the session ends (``_embedded_services``).
+pytest-django creates the test database ``test_<name>`` (or DATABASE_TEST_NAME) and
+worker processes started by the tests are pointed at it. ``make test`` runs the tests in
+parallel processes (pytest-xdist), each with services of its own
+(``_own_per_test_process``).
 """
 
+import atexit
 import os
+import shutil
 import tempfile
+from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
-os.environ.setdefault("CELERY_BROKER_URL", os.environ["REDIS_URL"])
+from agentplatform import embedded
+
+# Where nothing listens: what a service that did not come up is reached at, so the
+# service tests are skipped (or, with REQUIRE_SERVICES=1, the run fails) as for a
+# configured server that is down (tests/conftest.py).
+UNREACHABLE_DATABASE_URL = "postgres://postgres@127.0.0.1:9/unavailable"
+UNREACHABLE_REDIS_URL = "redis://127.0.0.1:9/0"
 os.environ.setdefault("SECRET_KEY", "test-secret-key-that-is-long-enough-for-the-check-0123")
 os.environ.setdefault("RUN_LEASE_SECONDS", "3")
 os.environ.setdefault("RUN_STALL_SECONDS", "5")
 os.environ.setdefault("WORK_LEASE_SECONDS", "3")
 os.environ.setdefault("WORK_REWAKE_SECONDS", "1")
 os.environ.setdefault("AGENTPLATFORM_VAR_DIR", tempfile.mkdtemp(prefix="agentplatform-test-"))
+
+
+def _embedded_services() -> None:
+    """DATABASE_URL or REDIS_URL not set: this session's own PostgreSQL and Valkey,
+    named in the environment as configured servers would be (the worker and web processes
+    the tests start inherit it). The first process of the session starts them (the xdist
+    controller, before its test processes, which find them in the environment) and stops
+    them at its exit; embedded services of earlier sessions that lost their owner (a
+    killed run) are stopped first."""
+    if "DATABASE_URL" in os.environ and "REDIS_URL" in os.environ:
+        return
+    session = Path(os.environ["AGENTPLATFORM_VAR_DIR"])
+    # Searchable (not readable) by others: as root the servers run as an unprivileged
+    # account, which must reach its data directories inside (mkdtemp makes it 0700).
+    session.chmod(0o711)
+    root = session / "services"
+    for orphan in embedded.orphans_stop(
+        Path(tempfile.gettempdir()).glob("agentplatform-test-*/services")
+    ):
+        shutil.rmtree(orphan, ignore_errors=True)
+    try:
+        endpoints = embedded.ensure(root, own=True)
+    except (embedded.EmbeddedError, OSError) as exc:
+        os.environ["EMBEDDED_SERVICES_ERROR"] = str(exc)[:2000]
+        return
+    atexit.register(_embedded_services_remove, root)
+    # Whichever of the two is not configured.
+    os.environ.setdefault("DATABASE_URL", endpoints.database_url)
+    os.environ.setdefault("REDIS_URL", endpoints.redis_url)
+
+
+def _embedded_services_remove(root: Path) -> None:
+    embedded.release(root)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+_embedded_services()
+os.environ.setdefault("DATABASE_URL", UNREACHABLE_DATABASE_URL)
+os.environ.setdefault("REDIS_URL", UNREACHABLE_REDIS_URL)
+os.environ.setdefault("CELERY_BROKER_URL", os.environ["REDIS_URL"])
 # The tests' sample repositories live in temporary directories.
 os.environ.setdefault("LOCAL_REPOSITORY_ROOTS", tempfile.gettempdir())
 # The tests' own git servers listen on 127.0.0.1 and speak plain http: allowed by name
@@ -29,7 +79,7 @@ os.environ.setdefault("GIT_INTERNAL_HOSTS", "127.0.0.1")
 
 def _own_per_test_process() -> None:
     """Under pytest-xdist each test process (gw0, gw1, ...) gets a Redis database and a
-    directory for its files (sandboxes, repositories, metrics, the embedded broker) of its own, as
+    directory for its files (sandboxes, repositories, metrics) of its own, as
     pytest-django gives it a test database of its own: the queues one process's tests
     purge never hold the other's messages, and the files one cleans up are its own. The
     environment says so once; the workers and servers a test starts inherit it as is."""

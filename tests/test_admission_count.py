@@ -92,9 +92,9 @@ def test_admission_answers_alike_whichever_count_it_reads(
     assert ("FILTER" in sql) == (repository_limit < workspace_limit)
 
 
-def test_the_counts_are_exact_whatever_the_cap() -> None:
-    """On PostgreSQL the counts are the triggers' sums, which cost the same however many
-    runs are active: the cap that bounds a scan of the runs changes nothing."""
+def test_the_counts_are_the_triggers_exact_sums() -> None:
+    """The counts are the triggers' sums, which cost the same however many runs are
+    active, and are exact for the workspace and for the repository."""
     workspace = WorkspaceFactory()
     mine, sibling = RepositoryFactory(workspace=workspace), RepositoryFactory(workspace=workspace)
     for repository, active in ((mine, 4), (sibling, 3)):
@@ -102,10 +102,14 @@ def test_the_counts_are_exact_whatever_the_cap() -> None:
             task = TaskFactory(workspace=workspace, repository=repository)
             Run.objects.create(task=task, run_no=1)
     assert _active_runs_count(workspace_id=workspace.pk, repository_id=mine.pk) == (7, 4)
-    for cap in (5, 7, 8):
-        assert _admission_counts(
-            workspace_id=workspace.pk, repository_id=mine.pk, spend=False, cap=cap
-        )[:2] == (7, 4)
+    assert _admission_counts(workspace_id=workspace.pk, repository_id=mine.pk, spend=False)[:2] == (
+        7,
+        4,
+    )
+    assert _admission_counts(workspace_id=workspace.pk, repository_id=None, spend=False)[:2] == (
+        7,
+        0,
+    )
 
 
 def test_a_run_carries_its_tasks_repository() -> None:

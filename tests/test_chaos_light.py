@@ -2,7 +2,7 @@
 database (tests/chaos; ``make chaos`` runs the full version).
 
 It starts its own PostgreSQL cluster and Redis on free ports, so killing and restarting
-them touches nothing shared; it needs the PostgreSQL server binaries and redis-server.
+them touches nothing shared; from the embedded default's PostgreSQL and Valkey binaries.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.services import PG_BIN
+from tests.chaos.services import PG_BIN, REDIS_SERVER
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.no_services, pytest.mark.slow, pytest.mark.timeout(900
 
 def _missing() -> list[str]:
     missing = [] if (PG_BIN / "initdb").exists() else [str(PG_BIN / "initdb")]
-    return missing + ([] if shutil.which("redis-server") else ["redis-server"])
+    return missing + ([] if shutil.which(REDIS_SERVER) else [REDIS_SERVER])
 
 
 def test_light_chaos_run_keeps_every_invariant(tmp_path):

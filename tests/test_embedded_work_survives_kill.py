@@ -1,6 +1,7 @@
-"""Embedded mode keeps the guarantee its transport cannot: the file broker deletes a
-message when a worker takes it (no late ack), so a worker killed mid-delivery loses the
-message; the work item's row and the work sweep bring the delivery back."""
+"""On the embedded default's broker (Valkey, as any Redis) a worker killed mid-delivery
+leaves the message unacknowledged in the broker, which redelivers it only after its
+visibility timeout (an hour); the work item's row and the work sweep bring the delivery
+back long before."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from django.conf import settings
 
 from jobs.consumers import Consumer, Event
 from jobs.models import ProcessedEvent, WorkItem
@@ -34,37 +34,8 @@ def kill_once(event: Event) -> None:
 KILL_ONCE = Consumer(name="kill_once", types=("agent.model.turn.completed",), handle=kill_once)
 
 
-@pytest.fixture
-def embedded_broker(monkeypatch):
-    """This process and its workers on the embedded file transport."""
-    from agentplatform.celery import app
-
-    # Where workers started by the tests (same VAR_DIR) keep the embedded broker.
-    folder = Path(settings.VAR_DIR) / "broker"
-    (folder / "control").mkdir(parents=True, exist_ok=True)
-    options = {
-        "data_folder_in": str(folder),
-        "data_folder_out": str(folder),
-        "control_folder": str(folder / "control"),
-        "store_processed": False,
-        "polling_interval": 0.1,
-    }
-    # Read before the environment changes: Celery's broker_write_url falls back to
-    # CELERY_BROKER_URL from the environment.
-    original = (app.conf.broker_write_url, app.conf.broker_transport_options)
-    monkeypatch.setenv("CELERY_BROKER_URL", "fsatomic://")
-    app.conf.broker_write_url = "fsatomic://"
-    app.conf.broker_transport_options = options
-    app._pool = None
-    app.amqp._producer_pool = None
-    yield folder
-    app.conf.broker_write_url, app.conf.broker_transport_options = original
-    app._pool = None
-    app.amqp._producer_pool = None
-
-
-def test_a_delivery_whose_embedded_worker_was_killed_is_delivered_by_the_next(
-    settings, workspace, embedded_broker, start_worker, monkeypatch, tmp_path
+def test_a_delivery_whose_worker_was_killed_is_delivered_by_the_next(
+    settings, workspace, start_worker, monkeypatch, tmp_path
 ):
     flag = tmp_path / "kill"
     flag.touch()
@@ -81,10 +52,9 @@ def test_a_delivery_whose_embedded_worker_was_killed_is_delivered_by_the_next(
 
     wait_for(lambda: first.process.poll() is not None, timeout=30, message="worker killed")
     assert not flag.exists()
-    # The file transport deleted the message when the worker took it: nothing is left on
-    # the events queue. (The relay's own queue may still hold the wake-up the turns'
-    # commit sent; the drain above already published them.)
-    assert not [p for p in embedded_broker.iterdir() if p.name.endswith(".events.msg")]
+    # The broker keeps the taken message unacknowledged, off the events queue: no worker
+    # gets it again before the visibility timeout.
+    assert redis.Redis.from_url(settings.CELERY_BROKER_URL).llen("events") == 0
     assert not ProcessedEvent.objects.filter(consumer="kill_once").exists()
 
     start_worker("embedded-b", queues="events", concurrency=1)

@@ -23,8 +23,6 @@ def _loader_class() -> Any:
 
 
 def test_cursors_use_the_c_loader_and_django_keeps_it() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL only")
     assert pgtime.C_LOADER is not None, "psycopg's C implementation is installed"
     # Django compares its time zone with the connection's loader before every cursor
     # and registers its own on the cursor when they differ.
@@ -32,8 +30,6 @@ def test_cursors_use_the_c_loader_and_django_keeps_it() -> None:
 
 
 def test_times_read_are_the_values_djangos_loader_reads() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL only")
     from django.db.backends.postgresql.psycopg_any import register_tzloader
 
     RunFactory.create_batch(3)

@@ -20,6 +20,7 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
+from agentplatform import embedded
 from jobs.models import OutboxEvent
 from jobs.relay import outbox_drain, outbox_lag_seconds
 from runs.models import Run
@@ -43,7 +44,7 @@ class RedisServer:
     def start(self) -> None:
         self.process = subprocess.Popen(
             [
-                "redis-server",
+                str(embedded.valkey_server()),
                 "--port",
                 str(self.port),
                 "--bind",

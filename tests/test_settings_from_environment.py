@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from agentplatform import embedded
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.no_services
 
@@ -65,9 +67,29 @@ def test_production_mode_with_safe_settings_passes_the_check():
     assert result.returncode == 0, result.stderr
 
 
-def test_embedded_default_needs_no_configuration(tmp_path):
-    result = manage("check", AGENTPLATFORM_VAR_DIR=str(tmp_path))
-    assert result.returncode == 0, result.stderr
+def test_embedded_default_needs_no_configuration(embedded_var):
+    """Nothing set: the settings start PostgreSQL and Valkey with their data under the
+    var directory and point the database and the broker at them."""
+    try:
+        result = manage(
+            "shell",
+            "-c",
+            "from django.conf import settings as s; print(s.DATABASE_URL, "
+            "s.CELERY_BROKER_URL, s.REDIS_URL, s.EMBEDDED)",
+            AGENTPLATFORM_VAR_DIR=str(embedded_var),
+        )
+        assert result.returncode == 0, result.stderr
+        endpoints = embedded.running(embedded_var)
+        assert endpoints is not None
+        assert result.stdout.splitlines()[-1].split() == [
+            endpoints.database_url,
+            endpoints.redis_url,
+            endpoints.redis_url,
+            "True",
+        ]
+        assert (embedded_var / "postgres" / "PG_VERSION").exists()
+    finally:
+        embedded.stop(embedded_var)
 
 
 @pytest.mark.parametrize(
@@ -81,7 +103,9 @@ def test_embedded_default_needs_no_configuration(tmp_path):
     ],
 )
 def test_a_bad_value_fails_loudly_with_its_name(name, value, tmp_path):
-    result = manage("check", AGENTPLATFORM_VAR_DIR=str(tmp_path), **{name: value})
+    # Servers named (nowhere): a bad value fails before any embedded server would start.
+    servers = {"DATABASE_URL": "postgres://x@127.0.0.1:9/x", "REDIS_URL": "redis://127.0.0.1:9"}
+    result = manage("check", AGENTPLATFORM_VAR_DIR=str(tmp_path), **{**servers, name: value})
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr
     assert name in result.stderr

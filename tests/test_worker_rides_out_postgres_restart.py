@@ -17,27 +17,31 @@ import psycopg
 import pytest
 from django.conf import settings
 
+from agentplatform import embedded
 from tests.conftest import free_port, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-BIN = Path("/usr/lib/postgresql/15/bin")
+# The embedded default's server binaries: no system PostgreSQL needed.
+BIN = embedded.postgres_bin()
 
 
 class OwnPostgres:
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="h11-pg-"))
         self.port = free_port()
-        # initdb refuses to run as root: as root, the server runs as the postgres user.
+        # initdb refuses to run as root: as root, the server runs as the account the
+        # embedded servers run as.
         self.as_root = os.geteuid() == 0
         if self.as_root:
-            shutil.chown(self.dir, "postgres", "postgres")
+            embedded.service_account()  # created on first use
+            shutil.chown(self.dir, embedded.SERVICE_ACCOUNT, embedded.SERVICE_ACCOUNT)
         self._as_postgres(
             str(BIN / "initdb"), "-D", str(self.dir / "data"), "-U", "postgres", "-A", "trust"
         )
 
     def _as_postgres(self, *command: str) -> None:
-        prefix = ["runuser", "-u", "postgres", "--"] if self.as_root else []
+        prefix = ["runuser", "-u", embedded.SERVICE_ACCOUNT, "--"] if self.as_root else []
         subprocess.run(
             [*prefix, *command],
             check=True,
@@ -72,7 +76,7 @@ class OwnPostgres:
 @pytest.fixture
 def own_postgres() -> Iterator[OwnPostgres]:
     if not (BIN / "initdb").exists() or (os.geteuid() == 0 and not shutil.which("runuser")):
-        pytest.skip("PostgreSQL 15 server binaries are not installed")
+        pytest.skip("the PostgreSQL server binaries or runuser are missing")
     server = OwnPostgres()
     server.pg_ctl("start")
     yield server
@@ -102,7 +106,7 @@ def test_worker_survives_a_postgres_restart(own_postgres, tmp_path):
     with psycopg.connect(own_postgres.url(), autocommit=True) as conn:
         conn.execute("CREATE DATABASE agent")
     subprocess.run(
-        ["psql", "-q", "-v", "ON_ERROR_STOP=1", own_postgres.url("agent")],
+        [str(BIN / "psql"), "-q", "-v", "ON_ERROR_STOP=1", own_postgres.url("agent")],
         input=schema,
         check=True,
         capture_output=True,

@@ -61,8 +61,8 @@ _stopping = threading.Event()
 
 def generation() -> int | None:
     """The generation to read and remember under, or None when the memory may not be
-    used now (off, not PostgreSQL, inside a transaction, the listener not confirmed)."""
-    if not settings.API_ACCESS_CACHE_SECONDS or connection.vendor != "postgresql":
+    used now (off, inside a transaction, the listener not confirmed)."""
+    if not settings.API_ACCESS_CACHE_SECONDS:
         return None
     if connection.in_atomic_block:
         return None

@@ -64,8 +64,6 @@ def api_token_resolve(secret: str, *, with_workspaces: bool = False) -> ApiToken
     if not secret.startswith(TOKEN_PREFIX) or len(secret) > 200:
         return None
     digest = _hash(secret)
-    # The array is PostgreSQL's; on SQLite (embedded) the scope is asked for on its own.
-    with_workspaces = with_workspaces and connection.vendor == "postgresql"
     key = ("token", digest, with_workspaces)
     prefix = secret[: len(TOKEN_PREFIX) + 8]
 

@@ -44,8 +44,6 @@ def run_announcement(*, run_id: uuid.UUID | str, sequence: int) -> tuple[str, st
 
 def run_events_announce(*, run_id: uuid.UUID | str, sequence: int) -> None:
     """Publish ``{"run_id", "sequence"}`` on the run's channel; never raises."""
-    if settings.EMBEDDED:
-        return
     try:
         _redis().publish(*run_announcement(run_id=run_id, sequence=sequence))
     except Exception:

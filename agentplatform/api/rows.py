@@ -181,11 +181,11 @@ def rows_as_values(
 ) -> list[dict[str, Any]]:
     """Raw rows of ``columns`` (plain field names of ``model``) as ``values()`` returns
     them: each value through its field's database converters (JSON decoded, and so on)."""
-    converting = _converters(connection.vendor, model, columns)
+    converting = _converters(model, columns)
     return [dict(zip(columns, row_convert(row, converting), strict=True)) for row in rows]
 
 
 @functools.cache
-def _converters(vendor: str, model: type[models.Model], columns: tuple[str, ...]) -> Converting:
+def _converters(model: type[models.Model], columns: tuple[str, ...]) -> Converting:
     """(index, column, converters) for each of ``columns`` that has converters."""
     return converters_of(model, [model._meta.get_field(name) for name in columns])

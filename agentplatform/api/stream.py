@@ -188,47 +188,24 @@ _STATUS_SQL = f"SELECT status FROM {Run._meta.db_table} WHERE id = %s"  # noqa: 
 async def _read(run_id: uuid.UUID, after: int) -> tuple[str, list[dict[str, Any]]]:
     """The run's status, then its events after ``after`` (status first: a terminal
     status is committed with the terminal event, so the events read next include it)."""
-    if settings.IS_POSTGRES:
-        pool = await _pool()
-        async with pool.connection() as conn:
-            cursor = await conn.execute(_STATUS_SQL, [run_id])
-            status_row = await cursor.fetchone()
-            cursor = await conn.execute(_EVENTS_SQL, [run_id, after, BATCH])
-            rows = await cursor.fetchall()
-        events = [
-            {
-                "id": row[0],
-                "sequence": row[1],
-                "type": row[2],
-                "data": row[3],
-                "actor": row[4],
-                "created_at": row[5],
-            }
-            for row in rows
-        ]
-        return (status_row[0] if status_row else Run.Status.CANCELLED), events
-    return await sync_to_async(_read_orm, thread_sensitive=False)(run_id, after)
-
-
-def _read_orm(run_id: uuid.UUID, after: int) -> tuple[str, list[dict[str, Any]]]:
-    try:
-        status = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
-        events = [
-            {
-                "id": event.id,
-                "sequence": event.sequence_no,
-                "type": event.type,
-                "data": event.data,
-                "actor": event.actor,
-                "created_at": event.created_at,
-            }
-            for event in RunEvent.objects.filter(run_id=run_id, sequence_no__gt=after).order_by(
-                "sequence_no"
-            )[:BATCH]
-        ]
-        return status or Run.Status.CANCELLED, events
-    finally:
-        connections.close_all()
+    pool = await _pool()
+    async with pool.connection() as conn:
+        cursor = await conn.execute(_STATUS_SQL, [run_id])
+        status_row = await cursor.fetchone()
+        cursor = await conn.execute(_EVENTS_SQL, [run_id, after, BATCH])
+        rows = await cursor.fetchall()
+    events = [
+        {
+            "id": row[0],
+            "sequence": row[1],
+            "type": row[2],
+            "data": row[3],
+            "actor": row[4],
+            "created_at": row[5],
+        }
+        for row in rows
+    ]
+    return (status_row[0] if status_row else Run.Status.CANCELLED), events
 
 
 def sse_format(event: dict[str, Any]) -> str:
@@ -241,7 +218,7 @@ async def run_events_stream(
 ) -> AsyncIterator[str]:
     """Yield SSE frames: the events after ``after``, then live ones, until terminal."""
     resources = _resources()
-    hub_ready = False if settings.EMBEDDED else await resources.hub.start()
+    hub_ready = await resources.hub.start()
     wake = asyncio.Event()
     resources.hub.register(str(run_id), wake)
     try:
@@ -257,7 +234,7 @@ async def run_events_stream(
                 continue
             if status in TERMINAL:
                 return
-            # Without a hub (embedded mode, Redis away) the keep-alive check is the
+            # Without a hub (Redis away) the keep-alive check is the
             # only wake-up; keep it short there.
             wait = keepalive if hub_ready else min(keepalive, 1.0)
             try:
@@ -272,11 +249,11 @@ async def activity_stream(*, keepalive: float, min_interval: float) -> AsyncIter
     """Yield one ``changed`` frame whenever any run announced events, at most one per
     ``min_interval`` seconds; a page that shows many runs re-reads itself on each.
 
-    Without the hub (embedded mode, Redis away) there is nothing to follow: a frame every
+    Without the hub (Redis away) there is nothing to follow: a frame every
     few seconds keeps such a page fresh instead.
     """
     resources = _resources()
-    hub_ready = False if settings.EMBEDDED else await resources.hub.start()
+    hub_ready = await resources.hub.start()
     wake = asyncio.Event()
     resources.hub.register(ANY_RUN, wake)
     frames = 0
@@ -290,7 +267,7 @@ async def activity_stream(*, keepalive: float, min_interval: float) -> AsyncIter
                 if hub_ready:
                     yield ": keep-alive\n\n"
                     continue
-                if not settings.EMBEDDED and resources.hub.ready:
+                if resources.hub.ready:
                     # The subscription came up after this stream gave up waiting for it
                     # (a slow start): follow announcements from now on instead of a frame
                     # every few seconds.
@@ -298,7 +275,7 @@ async def activity_stream(*, keepalive: float, min_interval: float) -> AsyncIter
                     yield ": keep-alive\n\n"
                     continue
             wake.clear()
-            if not hub_ready and not settings.EMBEDDED and resources.hub.ready:
+            if not hub_ready and resources.hub.ready:
                 # Woken by the hub's re-read as it subscribed: this frame is that re-read.
                 hub_ready, wait = True, keepalive
             frames += 1

@@ -1,11 +1,11 @@
 """Rate limits per user and per token (and per address for anonymous callers).
 
-The counts live where ``API_THROTTLE_STORAGE_URL`` says: Redis in production, so every
-web process (and every web host) counts against the same limit, or this process's
-memory in embedded mode (one process). Each check is one atomic round trip (the
-``limits`` library's sliding window counter), so concurrent requests cannot both take
-the last slot. When the storage cannot be reached the request is let through and the
-failure logged: an outage of the counts must not take the API down with it.
+The counts live where ``API_THROTTLE_STORAGE_URL`` says: Redis by default, so every
+web process (and every web host) counts against the same limit. Each check is one
+atomic round trip (the ``limits`` library's sliding window counter), so concurrent
+requests cannot both take the last slot. When the storage cannot be reached the request
+is let through and the failure logged: an outage of the counts must not take the API
+down with it.
 
 Rates are read from settings on every request rather than captured at import, so an
 operator's change (or a test's override) applies without a restart.

@@ -110,7 +110,7 @@ def processed_claim(*, consumer: str, event_id: str) -> bool:
             f"INSERT INTO {table} (consumer, event_id, processed_at) "  # noqa: S608
             "VALUES (%s, %s, CURRENT_TIMESTAMP) ON CONFLICT (consumer, event_id) DO NOTHING "
             "RETURNING id",
-            [consumer, value.hex if connection.vendor == "sqlite" else value],
+            [consumer, value],
         )
         return cursor.fetchone() is not None
 

@@ -2,7 +2,7 @@
 
 from django.db import migrations, models
 
-from jobs.migration_operations import AddIndexConcurrently, RemoveIndexConcurrently
+from django.contrib.postgres.operations import AddIndexConcurrently, RemoveIndexConcurrently
 
 
 class Migration(migrations.Migration):

@@ -34,8 +34,6 @@ def _tables(apps):
 
 
 def forwards(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
     quote = schema_editor.quote_name
     schema_editor.execute(
         f"CREATE OR REPLACE FUNCTION {FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$"
@@ -49,8 +47,6 @@ def forwards(apps, schema_editor):
 
 
 def backwards(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
     quote = schema_editor.quote_name
     for table, _ in _tables(apps):
         schema_editor.execute(f"DROP TRIGGER IF EXISTS {TRIGGER} ON {quote(table)}")

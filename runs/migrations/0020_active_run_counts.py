@@ -35,8 +35,6 @@ def _active(row: str) -> str:
 
 
 def forwards(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
     quote = schema_editor.quote_name
     runs = quote(apps.get_model("runs", "Run")._meta.db_table)
     counts = quote(apps.get_model("runs", "ActiveRunCount")._meta.db_table)
@@ -93,8 +91,6 @@ def forwards(apps, schema_editor):
 
 
 def backwards(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
     runs = schema_editor.quote_name(apps.get_model("runs", "Run")._meta.db_table)
     for trigger in [*TRIGGERS, TRUNCATED]:
         schema_editor.execute(f"DROP TRIGGER IF EXISTS {trigger} ON {runs}")

@@ -20,8 +20,6 @@ FUNCTION = "agentplatform_admission_lane_counts"
 
 
 def forwards(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
     quote = schema_editor.quote_name
     counts = quote(apps.get_model("runs", "ActiveRunCount")._meta.db_table)
     spend = quote(apps.get_model("runs", "WorkspaceSpend")._meta.db_table)
@@ -51,8 +49,6 @@ def forwards(apps, schema_editor):
 
 
 def backwards(apps, schema_editor):
-    if schema_editor.connection.vendor != "postgresql":
-        return
     schema_editor.execute(f"DROP FUNCTION IF EXISTS {FUNCTION}(int[], int, int, int, bigint, bigint, date)")
 
 

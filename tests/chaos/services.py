@@ -16,8 +16,12 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-PG_BIN = Path(os.environ.get("CHAOS_PG_BIN", "/usr/lib/postgresql/15/bin"))
-PG_USER = os.environ.get("CHAOS_PG_USER", "postgres")
+from agentplatform import embedded
+
+# The embedded default's server binaries (no system PostgreSQL or Redis needed).
+PG_BIN = Path(os.environ.get("CHAOS_PG_BIN") or embedded.postgres_bin())
+PG_USER = os.environ.get("CHAOS_PG_USER", embedded.SERVICE_ACCOUNT)
+REDIS_SERVER = os.environ.get("CHAOS_REDIS_SERVER") or str(embedded.valkey_server())
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -54,9 +58,11 @@ class PostgresCluster:
         self.port = free_port()
         self.log = self.root / "postgres.log"
         # PostgreSQL refuses to run as root: as root, the cluster belongs to the
-        # unprivileged "postgres" account.
+        # unprivileged account the embedded servers run as.
         self.as_user: list[str] = []
         if os.geteuid() == 0:
+            if PG_USER == embedded.SERVICE_ACCOUNT:
+                embedded.service_account()  # created on first use
             self.as_user = ["runuser", "-u", PG_USER, "--"]
             root.chmod(0o755)
             shutil.chown(self.root, PG_USER)
@@ -130,7 +136,7 @@ class RedisServer:
         log = open(self.root / "redis.log", "ab")  # noqa: SIM115 - owned by the child
         self.process = subprocess.Popen(
             [
-                "redis-server",
+                REDIS_SERVER,
                 "--port",
                 str(self.port),
                 "--bind",

@@ -2,7 +2,8 @@
 
 Generates a sample repository with a failing test under ``var/``, starts a real Celery
 worker and beat as child processes, submits a task, shows its progress live, prints the
-timeline and outcome, stops the children and exits 0 on a completed run.
+timeline and outcome, stops the children (and the embedded PostgreSQL and Valkey unless a
+``serve`` holds them) and exits 0 on a completed run.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from agentplatform import embedded
 from runs import demo
 from runs.management.process_groups import process_groups_stop
 from runs.models import PullRequest, Repository, Run, RunEvent, Workspace
@@ -102,6 +105,14 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=int, default=150)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        with embedded.held(settings.EMBEDDED_SERVICES_IN_USE):
+            try:
+                self.demo(options)
+            finally:
+                # Its connection ends before the server it is on stops.
+                connections.close_all()
+
+    def demo(self, options: dict[str, Any]) -> None:
         console = Console()
         root = Path(settings.VAR_DIR) / "demo" / time.strftime("%Y%m%d-%H%M%S")
         bare = demo.sample_repository_create(root)

@@ -1,7 +1,8 @@
 """``make serve``: web (uvicorn, ASGI), a Celery worker and beat, in the foreground.
 
-Ctrl-C (or SIGTERM) stops all three cleanly. For local use; in production run each
-process under your supervisor of choice (see the README).
+Ctrl-C (or SIGTERM) stops all three cleanly, and then the embedded PostgreSQL and Valkey
+when no other ``serve`` or ``demo`` of the checkout holds them. For local use; in
+production run each process under your supervisor of choice (see the README).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from agentplatform import embedded
 from runs.management.process_groups import process_groups_stop
 
 
@@ -29,6 +31,12 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=2)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        with embedded.held(settings.EMBEDDED_SERVICES_IN_USE) as stops:
+            self.run_children(options)
+            if stops:
+                self.stdout.write("stopping the embedded PostgreSQL and Valkey")
+
+    def run_children(self, options: dict[str, Any]) -> None:
         celery = [sys.executable, "-m", "celery", "-A", "agentplatform"]
         commands = {
             "web": [
