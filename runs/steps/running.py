@@ -33,6 +33,8 @@ MUTATING_TOOLS = frozenset(
         "undo_edit",
         "run_tests",
         "str_replace_editor",
+        "bash",
+        "execute_bash",
     }
 )
 
