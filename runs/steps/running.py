@@ -11,15 +11,16 @@ from django.utils import timezone
 
 from runs.agent.artifacts import artifact_create, redact
 from runs.agent.budget import budget_enforce
-from runs.agent.context import clip, context_budget, context_condense, messages_tokens
+from runs.agent.context import clip
 from runs.agent.profiles import ModelProfile
 from runs.agent.sandbox import CommandCancelled, LocalSandbox, WorkspaceTooLarge
 from runs.agent.tools import TOOL_SCHEMAS, Toolbox, ToolDenied, ToolPolicy, tool_call_problem
-from runs.agent.turns import profile_for, turn_obtain
+from runs.agent.turns import profile_for
 from runs.agent.workspace import workspace_diff
 from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import Patch, Run, ToolCall
-from runs.providers.base import ContextLengthExceeded, ModelReply
+from runs.providers.base import ModelReply
+from runs.steps.acting import act_turn
 from runs.steps.common import S, _restore
 
 TURNS_PER_STEP = 6
@@ -235,78 +236,6 @@ def _assistant_message(reply: ModelReply, call_ids: list[str]) -> dict[str, Any]
     }
 
 
-def _checkpoint_messages(ctx: StepContext, messages: list[dict[str, Any]]) -> None:
-    ctx.checkpoint["messages"] = messages
-    with ctx.fenced():
-        Run.objects.filter(pk=ctx.run.pk).update(checkpoint=ctx.checkpoint)
-
-
-def _act_turn(
-    ctx: StepContext,
-    *,
-    turn_no: int,
-    messages: list[dict[str, Any]],
-    profile: ModelProfile,
-    turn_index: int,
-) -> tuple[ModelReply, list[dict[str, Any]]]:
-    """One acting turn, with the conversation fitted to the window first.
-
-    A refusal for length condenses harder and asks once more; the condensed history is
-    checkpointed before it is sent, so a resumed run sends the same.
-    """
-    budget = context_budget(
-        profile.context_window,
-        profile.max_output_tokens,
-        settings.CONTEXT_CONDENSE_AT,
-        TOOL_SCHEMAS,
-    )
-    fitted = context_condense(messages, budget)
-    if fitted is not messages:
-        ctx.emit(
-            "agent.context.condensed",
-            {"turn_no": turn_no, "messages_before": len(messages), "messages_after": len(fitted)},
-        )
-    try:
-        reply = turn_obtain(
-            ctx,
-            turn_no=turn_no,
-            purpose="act",
-            messages=fitted,
-            tools=TOOL_SCHEMAS,
-            turn_index=turn_index,
-            condense_on_refusal=True,
-        )
-        return reply, fitted
-    except ContextLengthExceeded as exc:
-        # The endpoint knows better than our estimate: aim well below what was refused.
-        target = min(budget, messages_tokens(fitted)) // 2
-        smaller = context_condense(fitted, target, keep_recent=4)
-        if smaller == fitted:
-            raise StepFailed("context_exhausted", str(exc)) from exc
-        ctx.emit(
-            "agent.context.condensed",
-            {
-                "turn_no": turn_no,
-                "messages_before": len(fitted),
-                "messages_after": len(smaller),
-                "reason": "context_length_exceeded",
-            },
-        )
-        _checkpoint_messages(ctx, smaller)
-    try:
-        reply = turn_obtain(
-            ctx,
-            turn_no=turn_no,
-            purpose="act",
-            messages=smaller,
-            tools=TOOL_SCHEMAS,
-            turn_index=turn_index,
-        )
-    except ContextLengthExceeded as exc:
-        raise StepFailed("context_exhausted", str(exc)) from exc
-    return reply, smaller
-
-
 def step_running(ctx: StepContext) -> Outcome:
     """Model turns with tools until the model finishes or the step's turn share is used.
 
@@ -328,7 +257,7 @@ def step_running(ctx: StepContext) -> Outcome:
     for turn_no in range(first_turn, TURNS_PER_STEP + 1):
         if finished:
             break
-        reply, messages = _act_turn(
+        reply, messages = act_turn(
             ctx, turn_no=turn_no, messages=messages, profile=profile, turn_index=act_turns
         )
         act_turns += 1
