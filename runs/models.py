@@ -609,6 +609,9 @@ class Patch(models.Model):
     files_changed = models.JSONField(default=list)
     lines_added = models.PositiveIntegerField(default=0)
     lines_removed = models.PositiveIntegerField(default=0)
+    # "" when the model finished; "budget" or "loop" when the platform submitted the
+    # working copy because turns, cost or time ran out or a loop was stopped.
+    submitted_by = models.CharField(max_length=16, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -12,6 +12,7 @@ from django.utils import timezone
 from runs.agent.artifacts import artifact_create, redact
 from runs.agent.budget import budget_enforce
 from runs.agent.context import clip
+from runs.agent.loops import STOP_AFTER, loop_nudge, loop_observe
 from runs.agent.profiles import ModelProfile
 from runs.agent.sandbox import CommandCancelled, LocalSandbox, WorkspaceTooLarge
 from runs.agent.tools import TOOL_SCHEMAS, Toolbox, ToolDenied, ToolPolicy, tool_call_problem
@@ -236,6 +237,10 @@ def _assistant_message(reply: ModelReply, call_ids: list[str]) -> dict[str, Any]
     }
 
 
+# Budgets whose end submits what the working copy holds rather than throwing it away.
+AUTOSUBMIT_BUDGETS = frozenset({"budget_model_turns", "budget_cost", "budget_wall_clock"})
+
+
 def step_running(ctx: StepContext) -> Outcome:
     """Model turns with tools until the model finishes or the step's turn share is used.
 
@@ -243,9 +248,23 @@ def step_running(ctx: StepContext) -> Outcome:
     re-executed step resumes at the next turn; the turn in flight is replayed from its
     stored answer and its tools run again on the restored working copy. A reply the
     model got wrong is answered with what to fix and the run goes on, until the
-    model_errors budget is spent.
+    model_errors budget is spent. When turns, cost or wall clock run out, or a loop
+    that makes no progress is stopped, a working copy with changes is submitted to
+    verification like a finished attempt (marked with who submitted it).
     """
     sandbox = _restore(ctx)
+    try:
+        return _turns_run(ctx, sandbox)
+    except StepFailed as exc:
+        if exc.reason not in AUTOSUBMIT_BUDGETS:
+            raise
+        outcome = _autosubmit(ctx, sandbox, by="budget", reason=exc.reason)
+        if outcome is None:
+            raise
+        return outcome
+
+
+def _turns_run(ctx: StepContext, sandbox: LocalSandbox) -> Outcome:
     toolbox = _toolbox(ctx, sandbox)
     profile = profile_for(ctx)
     progress = ctx.checkpoint.get("progress") or {}
@@ -261,38 +280,8 @@ def step_running(ctx: StepContext) -> Outcome:
             ctx, turn_no=turn_no, messages=messages, profile=profile, turn_index=act_turns
         )
         act_turns += 1
-        call_ids = _call_ids(turn_no, reply.tool_calls)
-        messages.append(_assistant_message(reply, call_ids))
-        cut_off = reply.finish_reason == "length"
-        for call_id, request in zip(call_ids, reply.tool_calls, strict=True):
-            if cut_off:
-                output, done = _tool_call_reject(
-                    ctx,
-                    {
-                        "run": ctx.run,
-                        "step_no": ctx.step_no,
-                        "turn_no": turn_no,
-                        "call_id": call_id,
-                    },
-                    {},
-                    request,
-                    "the reply was cut off at the output limit; this call was not run",
-                    ToolCall.objects.filter(
-                        run=ctx.run, step_no=ctx.step_no, turn_no=turn_no, call_id=call_id
-                    ).first(),
-                )
-            else:
-                output, done = _tool_call_run(
-                    ctx, toolbox, turn_no=turn_no, call_id=call_id, request=request
-                )
-            messages.append({"role": "tool", "tool_call_id": call_id, "content": clip(output)})
-            finished = finished or done
-        note = _problem_note(
-            reply, "length" if cut_off else "" if reply.tool_calls else "text_only", profile
-        )
-        if note:
-            messages.append({"role": "user", "content": note})
-        if any(c.name in MUTATING_TOOLS for c in reply.tool_calls) and not cut_off:
+        finished, loop = _turn_tools(ctx, toolbox, turn_no, reply, messages, profile)
+        if any(c.name in MUTATING_TOOLS for c in reply.tool_calls):
             ctx.checkpoint["diff"] = workspace_diff(sandbox, ctx.run.base_commit).text
         ctx.checkpoint.update(
             messages=messages,
@@ -301,14 +290,123 @@ def step_running(ctx: StepContext) -> Outcome:
         )
         with ctx.fenced():
             Run.objects.filter(pk=ctx.run.pk).update(checkpoint=ctx.checkpoint)
+        if loop == "stop":
+            outcome = _autosubmit(ctx, sandbox, by="loop", reason="agent_loop")
+            if outcome is None:
+                raise StepFailed(
+                    "agent_loop",
+                    f"the model repeated the same calls {STOP_AFTER} turns in a row "
+                    "with nothing new to submit",
+                )
+            return outcome
         budget_enforce(ctx, "tool_retries")
     if not finished:
         return Outcome()  # stay in running; the next step continues the conversation
+    ctx.checkpoint.pop("submitted_by", None)
     return _patch_record(ctx, sandbox)
 
 
-def _patch_record(ctx: StepContext, sandbox: LocalSandbox) -> Outcome:
-    """The finished attempt's diff as a Patch (once, even if this step runs again)."""
+def _turn_tools(
+    ctx: StepContext,
+    toolbox: Toolbox,
+    turn_no: int,
+    reply: ModelReply,
+    messages: list[dict[str, Any]],
+    profile: ModelProfile,
+) -> tuple[bool, str]:
+    """The turn's calls carried out and answered in ``messages`` (changed in place);
+    returns whether the model finished and what the loop check says."""
+    call_ids = _call_ids(turn_no, reply.tool_calls)
+    messages.append(_assistant_message(reply, call_ids))
+    cut_off = reply.finish_reason == "length"
+    finished = False
+    observed: list[tuple[str, dict[str, Any], str]] = []
+    for call_id, request in zip(call_ids, reply.tool_calls, strict=True):
+        keys = {"run": ctx.run, "step_no": ctx.step_no, "turn_no": turn_no, "call_id": call_id}
+        if cut_off:
+            output, done = _tool_call_reject(
+                ctx,
+                keys,
+                {},
+                request,
+                "the reply was cut off at the output limit; this call was not run",
+                ToolCall.objects.filter(**keys).first(),
+            )
+        else:
+            output, done = _tool_call_run(
+                ctx, toolbox, turn_no=turn_no, call_id=call_id, request=request
+            )
+        if done and request.name == "finish":
+            ctx.checkpoint["summary"] = str(request.arguments.get("summary") or "")[:2000]
+        observed.append((request.name, request.arguments, output))
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": clip(output)})
+        finished = finished or done
+    note = _problem_note(
+        reply, "length" if cut_off else "" if reply.tool_calls else "text_only", profile
+    )
+    if note:
+        messages.append({"role": "user", "content": note})
+    if finished:
+        return True, ""
+    return False, _loop_check(ctx, turn_no, observed, messages)
+
+
+def _loop_check(
+    ctx: StepContext,
+    turn_no: int,
+    observed: list[tuple[str, dict[str, Any], str]],
+    messages: list[dict[str, Any]],
+) -> str:
+    """Nudge a model that repeats itself, or say the loop must stop (see runs.agent.loops).
+
+    The state belongs to the attempt: feedback from verification or the judge starts a
+    fresh count.
+    """
+    attempt_no = int(ctx.checkpoint.get("attempt_no", 1))
+    state = ctx.checkpoint.get("loop") or {}
+    if state.get("attempt_no") != attempt_no:
+        state = {"attempt_no": attempt_no}
+    verdict = loop_observe(state, observed)
+    ctx.checkpoint["loop"] = state
+    if verdict.action:
+        ctx.emit(
+            "agent.loop.detected",
+            {
+                "turn_no": turn_no,
+                "step_no": ctx.step_no,
+                "action": verdict.action,
+                "stale_turns": verdict.stale_turns,
+                "calls": [c[:200] for c in verdict.repeated],
+            },
+        )
+    if verdict.action == "nudge":
+        messages.append({"role": "user", "content": loop_nudge(verdict)})
+    return verdict.action
+
+
+def _autosubmit(ctx: StepContext, sandbox: LocalSandbox, *, by: str, reason: str) -> Outcome | None:
+    """The working copy's changes submitted as if the model had finished, or None.
+
+    None when there is nothing to submit, or when exactly this diff was already
+    submitted in the run (it failed verification or review once: sending it again
+    would only go round in a circle).
+    """
+    diff = workspace_diff(sandbox, ctx.run.base_commit)
+    if not diff.text.strip():
+        return None
+    if Patch.objects.filter(run=ctx.run, diff_sha256=diff.sha256).exists():
+        return None
+    ctx.checkpoint["submitted_by"] = by
+    ctx.checkpoint.pop("summary", None)  # an earlier attempt's; this one has none
+    ctx.emit(
+        "agent.run.autosubmitted",
+        {"submitted_by": by, "reason": reason, "sha256": diff.sha256, "files": diff.files},
+    )
+    return _patch_record(ctx, sandbox, submitted_by=by)
+
+
+def _patch_record(ctx: StepContext, sandbox: LocalSandbox, *, submitted_by: str = "") -> Outcome:
+    """The attempt's diff as a Patch (once, even if this step runs again)."""
     diff = workspace_diff(sandbox, ctx.run.base_commit)
     ctx.checkpoint["diff"] = diff.text
     if not diff.text.strip():
@@ -332,6 +430,7 @@ def _patch_record(ctx: StepContext, sandbox: LocalSandbox) -> Outcome:
                 files_changed=diff.files,
                 lines_added=diff.added,
                 lines_removed=diff.removed,
+                submitted_by=submitted_by,
             )
             ctx.emit(
                 "agent.patch.created",
@@ -343,6 +442,7 @@ def _patch_record(ctx: StepContext, sandbox: LocalSandbox) -> Outcome:
                     "lines_added": patch.lines_added,
                     "lines_removed": patch.lines_removed,
                     "artifact_id": str(artifact.id),
+                    "submitted_by": patch.submitted_by or "model",
                 },
             )
     ctx.checkpoint["patch_id"] = patch.id
