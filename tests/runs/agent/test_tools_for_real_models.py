@@ -9,8 +9,7 @@ import subprocess
 import pytest
 
 from runs.agent.sandbox import LocalSandbox
-from runs.agent.tool_schemas import TOOL_SCHEMAS, tool_call_problem
-from runs.agent.tools import Toolbox, ToolDenied, ToolPolicy
+from runs.agent.tools import TOOL_SCHEMAS, Toolbox, ToolDenied, ToolPolicy, tool_call_problem
 from runs.models import default_allowed_commands
 
 pytestmark = pytest.mark.no_services
