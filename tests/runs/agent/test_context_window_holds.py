@@ -18,7 +18,7 @@ import pytest
 from runs import engine
 from runs.agent.context import context_condense, messages_tokens
 from runs.engine import run_drive_inline
-from runs.models import Run
+from runs.models import ModelTurn, Run
 from runs.services import task_submit
 from tests.test_provider_openai_chat import ChatCompletionsServer, completion
 
@@ -55,6 +55,8 @@ def long_output_call(turn: int) -> dict[str, Any]:
 def script_reply(body: dict[str, Any]) -> bytes:
     """The next move, from the conversation (so a resumed run gets the same answers)."""
     if not body.get("tools"):
+        if body["messages"][0]["content"].startswith("You condense"):
+            return completion("SUMMARY: printed long listings; add() in calc/core.py subtracts.")
         return completion("1. Explore. 2. Fix add(). 3. Test. 4. Finish.")
     ids = {call["id"] for m in body["messages"] for call in (m.get("tool_calls") or [])}
     done = {i for i in ids if i.startswith("long")}
@@ -115,6 +117,13 @@ def small_window(settings):
         yield server
 
 
+@pytest.fixture
+def small_window_summarizing(small_window, settings):
+    profile = settings.MODEL_PROFILES["small"]
+    settings.MODEL_PROFILES["small"] = {**profile, "condense_summary": True}
+    return small_window
+
+
 def _submit(workspace, repository):
     return task_submit(
         workspace=workspace,
@@ -152,6 +161,22 @@ def test_long_run_with_long_outputs_never_passes_the_window(workspace, repositor
     ]
     assert long_results[-1].startswith("[exit code 0]")
     assert sum(c.startswith("[condensed]") for c in long_results) >= len(long_results) - 2
+
+
+def test_older_turns_can_be_condensed_into_a_summary_the_model_writes(
+    workspace, repository, small_window_summarizing
+):
+    server = small_window_summarizing
+
+    run = run_drive_inline(run_id=_submit(workspace, repository).run.id)
+
+    assert run.status == Run.Status.COMPLETED, (run.failure_reason, run.failure_detail)
+    assert server.refusals == 0 and max(server.sizes) <= WINDOW
+    summaries = ModelTurn.objects.filter(run=run, purpose="summarize")
+    assert summaries.exists()
+    last = server.requests[-1]["messages"]
+    notes = [m["content"] for m in last if m["content"] and NOTE in m["content"]]
+    assert len(notes) == 1 and "SUMMARY: printed long listings" in notes[0]
 
 
 def test_a_resumed_run_sends_the_byte_identical_request(
