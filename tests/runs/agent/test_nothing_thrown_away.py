@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import jsonschema
 import pytest
 from rest_framework.test import APIClient
 
+from jobs.contracts import BY_TYPE, event_schema
 from runs.engine import run_drive_inline
 from runs.models import Membership, ModelTurn, Run
 from runs.services import task_submit
@@ -22,6 +24,7 @@ from tests.test_provider_openai_chat import ChatCompletionsServer, completion
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+CONTRACTED = ["agent.loop.detected", "agent.run.autosubmitted", "agent.patch.created"]
 FIX = {"path": "calc/core.py", "old": "return a - b", "new": "return a + b"}
 
 
@@ -107,6 +110,8 @@ def test_a_model_that_rereads_after_fixing_is_nudged_then_its_fix_is_submitted(
     assert run.events.filter(type="agent.run.autosubmitted", data__submitted_by="loop").exists()
     detail = api.get(f"/api/runs/{run.id}/").json()
     assert detail["submitted_by"] == "loop"
+    for event in run.events.filter(type__in=CONTRACTED):
+        jsonschema.validate(event.data, event_schema(BY_TYPE[event.type])["properties"]["data"])
 
 
 @pytest.mark.parametrize(
