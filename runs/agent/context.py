@@ -111,7 +111,9 @@ class TokenCounter:
         return int(tokens_estimate(payload, model=self.model) * self.factor) + 1
 
 
-@functools.lru_cache(maxsize=8192)
+# Keyed by the message's text: a conversation is counted again at every turn, and
+# all but the newest messages are unchanged. Clipped outputs keep entries small.
+@functools.lru_cache(maxsize=2048)
 def _message_tokens(text: str, model: str, factor: float) -> int:
     return int(tokens_estimate(text, model=model) * factor) + PER_MESSAGE_TOKENS
 

@@ -394,7 +394,11 @@ def _autosubmit(ctx: StepContext, sandbox: LocalSandbox, *, by: str, reason: str
     diff = workspace_diff(sandbox, ctx.run.base_commit)
     if not diff.text.strip():
         return None
-    if Patch.objects.filter(run=ctx.run, diff_sha256=diff.sha256).exists():
+    attempt_no = int(ctx.checkpoint.get("attempt_no", 1))
+    # This attempt's own patch may exist: a step that crashed after recording it runs
+    # again, and _patch_record returns the same row.
+    earlier = Patch.objects.filter(run=ctx.run, diff_sha256=diff.sha256)
+    if earlier.exclude(attempt_no=attempt_no).exists():
         return None
     ctx.checkpoint["submitted_by"] = by
     ctx.checkpoint.pop("summary", None)  # an earlier attempt's; this one has none

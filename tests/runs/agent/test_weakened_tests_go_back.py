@@ -16,12 +16,11 @@ from tests.test_provider_openai_chat import ChatCompletionsServer, completion
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SKIP = {
-    "path": "tests/test_core.py",
-    "old": "    def test_add(self):",
-    "new": '    @unittest.skip("flaky")\n    def test_add(self):',
-}
-UNSKIP = {"path": "tests/test_core.py", "old": '    @unittest.skip("flaky")\n', "new": ""}
+# The failing assertion goes; the test still runs (and passes), so only the judge can
+# tell that nothing was fixed.
+ASSERTION = "        self.assertEqual(add(2, 3), 5)"
+WEAKEN = {"path": "tests/test_core.py", "old": ASSERTION, "new": "        pass  # flaky"}
+RESTORE = {"path": "tests/test_core.py", "old": "        pass  # flaky", "new": ASSERTION}
 FIX = {"path": "calc/core.py", "old": "return a - b", "new": "return a + b"}
 SUMMARY = "add() returns the sum of its arguments\n\nIt subtracted them."
 
@@ -41,13 +40,14 @@ def cheating_then_fixing(body: dict[str, Any], number: int) -> tuple[int, dict[s
     )
     last = messages[-1]
     if feedback is None:
-        if last["role"] == "tool" and last["tool_call_id"] == "skip":
-            done = {"summary": "skip the flaky test"}
+        if last["role"] == "tool" and last["tool_call_id"] == "weaken":
+            done = {"summary": "make the flaky test pass"}
             return 200, {}, completion("", [{"id": "f1", "name": "finish", "arguments": done}])
-        return 200, {}, completion("", [{"id": "skip", "name": "replace_text", "arguments": SKIP}])
+        weaken = {"id": "weaken", "name": "replace_text", "arguments": WEAKEN}
+        return 200, {}, completion("", [weaken])
     if last is feedback:
         calls = [
-            {"id": "unskip", "name": "replace_text", "arguments": UNSKIP},
+            {"id": "restore", "name": "replace_text", "arguments": RESTORE},
             {"id": "fix", "name": "replace_text", "arguments": FIX},
         ]
         return 200, {}, completion("Fixing the code instead.", calls)
@@ -55,7 +55,7 @@ def cheating_then_fixing(body: dict[str, Any], number: int) -> tuple[int, dict[s
     return 200, {}, completion("", [{"id": "f2", "name": "finish", "arguments": done}])
 
 
-def test_a_patch_that_only_skips_the_failing_test_goes_back_to_the_model(
+def test_a_patch_that_only_removes_the_failing_assertion_goes_back_to_the_model(
     workspace, repository, sample_repo, settings
 ):
     with ChatCompletionsServer(cheating_then_fixing) as server:
@@ -77,7 +77,7 @@ def test_a_patch_that_only_skips_the_failing_test_goes_back_to_the_model(
     judged = JudgeAttempt.objects.get(patch=first, judge="rules")
     assert judged.verdict == "revise"
     finding = next(f for f in judged.findings if f["rule"] == "tests_weakened")
-    assert finding["added_skips"] == 1 and finding["paths"] == ["tests/test_core.py"]
+    assert finding["removed_assertions"] == 1 and finding["paths"] == ["tests/test_core.py"]
     # Before any human saw it: no approval was asked for the weakened patch.
     assert not Approval.objects.filter(patch=first).exists()
     told = [m for r in server.requests for m in r["messages"] if "hidden, not fixed" in str(m)]
