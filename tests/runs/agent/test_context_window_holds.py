@@ -232,3 +232,22 @@ def test_condensing_holds_a_small_budget_turn_after_turn():
     assert max(sizes) <= budget, sizes
     assert max(notes) <= 1
     assert len(messages) < 30
+
+
+def test_a_single_huge_newest_output_is_cut_to_its_head_and_tail():
+    lines = [f"row {n}: " + "value " * 10 for n in range(3000)]
+    call = {"id": "big", "type": "function", "function": {"name": "run_command", "arguments": "{}"}}
+    messages = [
+        {"role": "system", "content": "rules"},
+        {"role": "user", "content": "Task: fix add()"},
+        {"role": "assistant", "content": "Plan: run it", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "big", "content": "\n".join(lines)},
+    ]
+
+    fitted = context_condense(messages, 3_000, model="gpt-4o")
+
+    assert messages_tokens(fitted, model="gpt-4o") <= 3_000
+    output = fitted[-1]["content"]
+    assert output.startswith("row 0:") and output.rstrip().endswith(lines[-1].rstrip())
+    assert "clipped" in output
+    assert fitted[:3] == messages[:3]

@@ -9,6 +9,7 @@ or the budget on the timeline, on the patch and in the run's detail.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import jsonschema
@@ -149,3 +150,19 @@ def test_an_empty_working_copy_still_fails_on_the_budget(settings, api_and_repos
 
     assert (run.status, run.failure_reason) == (Run.Status.FAILED, "budget_model_turns")
     assert not run.patches.exists()
+
+
+def test_a_fix_left_when_the_wall_clock_runs_out_is_verified(settings, api_and_repository):
+    def slow_wanderer(body: dict[str, Any], number: int) -> tuple[int, dict[str, str], bytes]:
+        if body.get("tools") and _acting_turn(body) > 0:
+            time.sleep(0.4)
+        return fixes_then_wanders(body, number)
+
+    _, repository = api_and_repository
+    run, _ = _drive(settings, slow_wanderer, repository, {"wall_clock_seconds": 4})
+
+    assert run.status == Run.Status.COMPLETED, (run.failure_reason, run.failure_detail)
+    exhausted = run.events.filter(type="agent.budget.exhausted", data__reason="budget_wall_clock")
+    assert exhausted.exists()
+    assert run.patches.get().submitted_by == "budget"
+    assert run.verifications.get().outcome == "passed"
