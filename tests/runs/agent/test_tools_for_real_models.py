@@ -119,6 +119,14 @@ def test_absolute_paths_outside_the_working_root_are_refused(toolbox, path):
     assert result.status == "denied" and "root:" not in result.output
 
 
+def test_commands_see_the_working_copy_at_workspace_and_testbed(toolbox):
+    if not toolbox.sandbox.backend.contains:
+        pytest.skip("the process backend shows commands the host path")
+    for root in ("/workspace", "/testbed"):
+        result = toolbox.execute("run_command", {"command": f"cd {root} && head -1 app.py"})
+        assert "def greet(name):" in result.output, (root, result.output)
+
+
 def test_bash_and_execute_bash_run_as_run_command(toolbox):
     for name in ("bash", "execute_bash"):
         arguments = {"command": "wc -l app.py && head -1 app.py", "timeout": 30}
