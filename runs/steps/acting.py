@@ -142,8 +142,10 @@ def act_turn(
         return reply, fitted
     except ContextLengthExceeded as exc:
         # The endpoint knows better than our estimate: aim well below what was refused.
-        target = TokenCounter(profile.model).messages(fitted) // 2
-        smaller = context_condense(fitted, target, model=profile.model)
+        # Counted the same way for every model, so a recorded run replayed through
+        # another profile condenses to the very request the recording holds.
+        target = TokenCounter().messages(fitted) // 2
+        smaller = context_condense(fitted, target)
         if smaller == fitted:
             raise StepFailed("context_exhausted", str(exc)) from exc
         ctx.emit(
