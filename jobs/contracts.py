@@ -222,7 +222,15 @@ CATALOG: list[EventType] = [
         "agent.context.condensed",
         "Older tool outputs or turns were condensed to keep the conversation in the window.",
         required={"turn_no": INT},
-        optional={"messages_before": INT, "messages_after": INT, "reason": STR},
+        optional={
+            "messages_before": INT,
+            "messages_after": INT,
+            "reason": STR,
+            "tokens_before": INT,
+            "tokens_after": INT,
+            "limit": INT,
+            "summary": BOOL,
+        },
     ),
     _e(
         "agent.tool.call.requested",
@@ -272,7 +280,22 @@ CATALOG: list[EventType] = [
             "lines_added": INT,
             "lines_removed": INT,
             "artifact_id": NULLABLE_STR,
+            "submitted_by": {"enum": ["model", "budget", "loop"]},
         },
+    ),
+    _e(
+        "agent.run.autosubmitted",
+        "Turns, cost or wall clock ran out, or a loop was stopped, with changes in the "
+        "working copy: the diff goes to verification like a finished attempt.",
+        required={"submitted_by": {"enum": ["budget", "loop"]}, "reason": STR},
+        optional={"sha256": STR, "files": STR_LIST},
+    ),
+    _e(
+        "agent.loop.detected",
+        "The model made the same calls and got the same results several turns in a row: "
+        "it was nudged, or the loop was stopped.",
+        required={"turn_no": INT, "action": {"enum": ["nudge", "stop"]}},
+        optional={"step_no": INT, "stale_turns": INT, "calls": STR_LIST},
     ),
     _e(
         "agent.verification.started",

@@ -534,9 +534,16 @@ def _handlers() -> dict[str, Handler]:
 
 
 def budget_check(ctx: StepContext) -> None:
-    """Fail (or time out) the run when its task's cumulative wall-clock or cost is spent."""
+    """Fail (or time out) the run when its task's cumulative wall-clock or cost is spent.
+
+    Not in running, which checks before every model call and submits the working copy
+    when these run out, and not for a patch submitted that way: verifying and judging
+    it is what the submission is for.
+    """
     from runs.agent.budget import budget_enforce
 
+    if ctx.run.status == S.RUNNING or ctx.checkpoint.get("submitted_by"):
+        return
     budget_enforce(ctx, "wall_clock_seconds", "cost_usd")
 
 

@@ -45,8 +45,24 @@ def default_forbidden_paths() -> list[str]:
     return list(DEFAULT_FORBIDDEN_PATHS)
 
 
+# Ordinary read, search, build and test commands. This list is policy (a repository may
+# narrow it), not a security boundary: ``python -c`` runs anything, and the sandbox is
+# what contains a command.
+DEFAULT_ALLOWED_COMMANDS = (
+    *("python", "python3", "pytest", "pip", "pip3", "uv", "tox", "nox", "coverage"),
+    *("git", "ls", "cat", "head", "tail", "wc", "sed", "awk", "grep", "egrep", "rg", "find"),
+    *("tree", "diff", "cmp", "sort", "uniq", "cut", "tr", "xargs", "file", "stat", "du"),
+    *("pwd", "which", "env", "printf", "mkdir", "touch", "cp", "mv", "rm", "ln", "chmod"),
+    *("basename", "dirname", "realpath", "readlink", "tee", "nl", "od", "xxd", "sleep"),
+    *("make", "cmake", "ninja", "gcc", "cc", "g++", "clang", "ld"),
+    *("node", "npm", "npx", "yarn", "pnpm", "tsc", "jest", "mocha", "eslint", "deno", "bun"),
+    *("go", "gofmt", "cargo", "rustc", "rustfmt", "java", "javac", "mvn", "gradle"),
+    *("ruby", "bundle", "rake", "rspec", "php", "composer", "dotnet", "perl", "bash", "sh"),
+)
+
+
 def default_allowed_commands() -> list[str]:
-    return ["python", "pytest", "git", "ls", "cat", "grep", "make", "npm", "node"]
+    return list(DEFAULT_ALLOWED_COMMANDS)
 
 
 class Workspace(models.Model):
@@ -631,6 +647,9 @@ class Patch(models.Model):
     files_changed = models.JSONField(default=list)
     lines_added = models.PositiveIntegerField(default=0)
     lines_removed = models.PositiveIntegerField(default=0)
+    # "" when the model finished; "budget" or "loop" when the platform submitted the
+    # working copy because turns, cost or time ran out or a loop was stopped.
+    submitted_by = models.CharField(max_length=16, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -384,9 +384,22 @@ def test_condensation_keeps_a_long_run_under_a_small_window(
     }
     # Fewer, longer steps keep the test quick; the turns and their checkpoints are the same.
     monkeypatch.setattr("runs.steps.running.TURNS_PER_STEP", 40)
-    read = {"tool_calls": [{"name": "read_file", "arguments": {"path": "calc/core.py"}}]}
-    other = {"tool_calls": [{"name": "read_file", "arguments": {"path": "tests/test_core.py"}}]}
-    turns = [read if n % 2 else other for n in range(119)]
+    # Each read asks for a different window (the same call again and again would be a
+    # loop, stopped after a few turns: see tests/runs/agent/test_nothing_thrown_away.py).
+    turns = [
+        {
+            "tool_calls": [
+                {
+                    "name": "read_file",
+                    "arguments": {
+                        "path": "calc/core.py" if n % 2 else "tests/test_core.py",
+                        "end_line": 200 + n,
+                    },
+                }
+            ]
+        }
+        for n in range(119)
+    ]
     script = {"turns": [*turns, {"tool_calls": [{"name": "replace_text", "arguments": FIX}]}]}
     submission = task_submit(
         workspace=workspace,

@@ -194,3 +194,81 @@ def verdict_combine(verdicts: list[Verdict]) -> Verdict:
     findings = [f for v in verdicts for f in v.findings]
     scores = [v.score for v in verdicts if v.score is not None]
     return Verdict(worst.verdict, findings, min(scores) if scores else None)
+
+
+# A task asks for a fix when its type says so or its instruction does, and does not
+# itself ask to remove, skip or disable tests.
+FIX_TASK_TYPES = frozenset({"fix", "bugfix", "bug", "bug_fix", "repair", "ci_failure"})
+FIX_WORDS = re.compile(
+    r"\b(fix\w*|bugs?|broken|fail\w*|error\w*|crash\w*|regression|repair|wrong|incorrect)\b",
+    re.IGNORECASE,
+)
+TESTS_REMOVAL_ASKED = re.compile(
+    r"\b(remove|delete|drop|skip|disable|quarantine)\b[^.\n]{0,40}\b(tests?|specs?)\b"
+    r"|\b(tests?|specs?)\b[^.\n]{0,40}\b(remove|delete|drop|skip|disable|quarantine)\b",
+    re.IGNORECASE,
+)
+SKIP_MARK = re.compile(
+    r"@pytest\.mark\.(skip|xfail)|pytest\.(skip|xfail)\(|@unittest\.(skip|expectedFailure)"
+    r"|\.skipTest\(|\b(it|describe|test)\.(skip|todo)\(|\bx(it|describe|test)\(|t\.Skip"
+    r"|@(Ignore|Disabled)\b|#\[ignore\]|\bskip\s*\(",
+)
+TEST_DEFINITION = re.compile(
+    r"^\s*(async\s+)?def\s+test\w*|^\s*func\s+Test\w+|\b(it|test|describe)\s*\(|@Test\b"
+    r"|#\[test\]|^\s*def\s+test_"
+)
+
+
+def task_asks_for_fix(*, instruction: str, task_type: str = "") -> bool:
+    if TESTS_REMOVAL_ASKED.search(instruction):
+        return False
+    return task_type.lower() in FIX_TASK_TYPES or bool(FIX_WORDS.search(instruction))
+
+
+def tests_weakened_only(diff_text: str) -> dict[str, Any] | None:
+    """The ``tests_weakened`` finding when the patch changes nothing but tests and only
+    makes them weaker: deletes test files or tests, removes assertions, adds skips.
+
+    A patch like that cannot have fixed anything; it made the failure invisible.
+    """
+    paths: list[str] = []
+    deleted: list[str] = []
+    counts = {"removed_assertions": 0, "added_assertions": 0, "removed_tests": 0}
+    counts["added_skips"] = 0
+    path = ""
+    for line in diff_text.splitlines():
+        if line.startswith("diff --git "):
+            path = line.split(" b/", 1)[-1]
+            paths.append(path)
+        elif line.startswith("deleted file mode"):
+            deleted.append(path)
+        elif line.startswith(("--- ", "+++ ")):
+            continue
+        elif line.startswith("-"):
+            counts["removed_assertions"] += bool(ASSERTION.search(line))
+            counts["removed_tests"] += bool(TEST_DEFINITION.search(line[1:]))
+        elif line.startswith("+"):
+            counts["added_assertions"] += bool(ASSERTION.search(line))
+            counts["added_skips"] += bool(SKIP_MARK.search(line))
+    if not paths or not all(is_test_path(p) for p in paths):
+        return None
+    weaker = (
+        deleted
+        or counts["added_skips"]
+        or counts["removed_tests"] > 0
+        or counts["removed_assertions"] > counts["added_assertions"]
+    )
+    if not weaker:
+        return None
+    return {
+        "rule": "tests_weakened",
+        "severity": "revise",
+        "paths": paths,
+        "deleted_files": deleted,
+        **counts,
+        "reason": (
+            "The patch changes only tests, and only makes them weaker (removes tests or "
+            "assertions, or skips them); the code they test is unchanged, so the failure "
+            "is hidden, not fixed. Revert the test changes and fix the code instead."
+        ),
+    }

@@ -67,6 +67,8 @@ class ModelProfile:
     sampling: bool = True
     streaming: bool = False
     prompt_caching: bool = False
+    # Condense older turns into a summary the model writes, rather than a list of calls.
+    condense_summary: bool = False
 
     def cost(self, tokens_in: int, tokens_out: int, tokens_cached: int = 0) -> Decimal:
         """US dollars for one reply; cached prompt tokens are billed at the cached price."""
@@ -100,6 +102,7 @@ class ModelProfile:
                 "cached": str(self.price_cached),
             },
             "text_tool_calls": self.text_tool_calls,
+            "condense_summary": self.condense_summary,
             "catalogue_name": self.catalogue_name,
             "capabilities": {
                 "reasoning": self.reasoning,
@@ -252,6 +255,7 @@ def profile_build(name: str, spec: dict[str, Any]) -> ModelProfile:
         "base_url": str(spec.get("base_url", "")),
         "api_key_env": str(spec.get("api_key_env", "")),
         "text_tool_calls": bool(spec.get("text_tool_calls", False)),
+        "condense_summary": bool(spec.get("condense_summary", False)),
     }
     for key in ("context_window", "max_output_tokens"):
         if spec.get(key):

@@ -1,11 +1,13 @@
 """A repository map in the manner of Aider's: symbols ranked by how much they matter.
 
-Python files are parsed with tree-sitter; their classes and functions are the
-definitions, the identifiers they use are the references. A definition ranks by how
-many other files refer to its name, and much higher when the task mentions the
-symbol or its file; files rank by their best definitions. The map lists the ranked
-files with their definitions and line numbers within a character budget, then the
-names of the other files, so the model sees where things are before it reads.
+Source files in every language with a symbol query (runs.agent.languages: Python,
+JavaScript, TypeScript, Go, Java, Rust) are parsed with tree-sitter; their classes,
+functions, methods and types are the definitions, the identifiers they use are the
+references. A definition ranks by how many other files refer to its name, and much
+higher when the task mentions the symbol or its file; files rank by their best
+definitions. The map lists the ranked files with their definitions and line numbers
+within a character budget, then the names of the other files, so the model sees where
+things are before it reads.
 """
 
 from __future__ import annotations
@@ -15,19 +17,16 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+import tree_sitter
 
 from runs.agent import safefs
+from runs.agent.languages import SYMBOL_QUERIES, language_of, parser_for, symbol_query
 
 MAP_CHAR_BUDGET = 12_000
 MAX_FILE_BYTES = 256 * 1024
 MAX_PARSED_FILES = 3_000
 WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
-QUERY = """
-(class_definition name: (identifier) @def.class)
-(function_definition name: (identifier) @def.function)
-(identifier) @ref
-"""
 
 
 @dataclass
@@ -38,38 +37,29 @@ class Definition:
     text: str
 
 
-@functools.cache
-def _python() -> tuple[Any, Any] | None:
-    try:
-        import tree_sitter
-        import tree_sitter_python
-    except ImportError:
-        return None
-    language = tree_sitter.Language(tree_sitter_python.language())
-    return tree_sitter.Parser(language), tree_sitter.Query(language, QUERY)
-
-
 @functools.lru_cache(maxsize=4096)
-def _parse(source: bytes) -> tuple[list[Definition], Counter[str]]:
+def _parse(language: str, source: bytes) -> tuple[list[Definition], Counter[str]]:
     """Definitions and references of one file; cached by content, so a map asked for
     again after a few edits parses only the edited files."""
-    parsed = _python()
-    if parsed is None:
+    query = symbol_query(language)
+    if query is None:
         return [], Counter()
-    import tree_sitter
-
-    parser, query = parsed
-    tree = parser.parse(source)
+    tree = parser_for(language).parse(source)
     captures = tree_sitter.QueryCursor(query).captures(tree.root_node)
     lines = source.decode("utf-8", errors="replace").splitlines()
     definitions = []
-    for kind in ("def.class", "def.function"):
-        for node in captures.get(kind, []):
+    seen: set[tuple[str, int]] = set()
+    for kind, nodes in captures.items():
+        if not kind.startswith("def."):
+            continue
+        for node in nodes:
             row = node.start_point[0]
+            name = (node.text or b"").decode()
+            if (name, row) in seen:
+                continue
+            seen.add((name, row))
             text = lines[row].strip() if row < len(lines) else ""
-            definitions.append(
-                Definition((node.text or b"").decode(), kind.split(".")[1], row + 1, text[:120])
-            )
+            definitions.append(Definition(name, kind.split(".")[1], row + 1, text[:120]))
     refs = Counter((node.text or b"").decode() for node in captures.get("ref", []))
     definitions.sort(key=lambda d: d.line)
     return definitions, refs
@@ -83,12 +73,13 @@ def repo_map(
     focus_paths = {w.lower() for w in re.findall(r"[\w./-]+\.\w+", focus)}
     definitions: dict[str, list[Definition]] = {}
     references: dict[str, Counter[str]] = {}
-    for path in [f for f in files if f.endswith(".py")][:MAX_PARSED_FILES]:
+    sources = [(f, language_of(f)) for f in files]
+    for path, language in [s for s in sources if s[1] in SYMBOL_QUERIES][:MAX_PARSED_FILES]:
         try:
             source = safefs.read_bytes(root, path, limit=MAX_FILE_BYTES)
         except (OSError, safefs.UnsafePath):
             continue
-        definitions[path], references[path] = _parse(source)
+        definitions[path], references[path] = _parse(language, source)
     referring_files: dict[str, int] = defaultdict(int)
     for refs in references.values():
         for name in refs:

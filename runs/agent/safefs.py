@@ -60,6 +60,32 @@ def clean(relative: str) -> str:
     return "" if normalized == "." else normalized
 
 
+def from_root(path: str, roots: tuple[str, ...] | list[str]) -> str:
+    """``path`` as a repository-relative path when it is absolute under one of ``roots``.
+
+    Models trained on SWE-bench style harnesses write ``/testbed/src/app.py`` or
+    ``/workspace/app.py``; those roots name the working copy. The absolute path is
+    normalized first, so ``/workspace/../etc/passwd`` is ``/etc/passwd``, under no
+    root, and refused like any other absolute path. A relative path is returned as is.
+    """
+    text = str(path).strip().replace("\\", "/")
+    if not text.startswith("/"):
+        return text
+    normalized = posixpath.normpath(text)
+    for root in roots:
+        root = posixpath.normpath(root) if root else ""
+        if not root or root == "/":
+            continue
+        if normalized == root:
+            return "."
+        if normalized.startswith(root + "/"):
+            return normalized[len(root) + 1 :]
+    raise UnsafePath(
+        f"path {path!r} is outside the working copy (absolute paths must be under "
+        f"{' or '.join(r for r in roots if r)})"
+    )
+
+
 def _parts(relative: str) -> list[str]:
     cleaned = clean(relative)
     return cleaned.split("/") if cleaned else []

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import fnmatch
-import json
 import posixpath
 import re
 import shlex
@@ -11,17 +12,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
 from runs.agent import safefs
 from runs.agent.artifacts import redact
+from runs.agent.languages import syntax_error
 from runs.agent.sandbox import Sandbox
+from runs.agent.tool_schemas import (
+    EDIT_TOOLS,
+    TOOL_NAMES,
+    TOOL_SCHEMAS,
+    VIEW_WINDOW,
+    tool_alias_resolve,
+    tool_call_problem,
+)
 from runs.agent.verify import verification_summary
+
+__all__ = ["TOOL_SCHEMAS", "ToolDenied", "ToolPolicy", "Toolbox", "tool_call_problem"]
 
 MAX_READ_BYTES = 2 * 1024 * 1024
 MAX_SEARCH_HITS = 200
-VIEW_WINDOW = 200
 UNDO_DEPTH = 5
+# Where models expect the repository to be: SWE-agent/OpenHands images mount it at
+# /workspace, SWE-bench at /testbed. An absolute path under one of these (or under the
+# root the sandbox shows commands) means the same file in the working copy.
+WORKING_ROOTS = ("/workspace", "/testbed")
+HINT_MIN_RATIO = 0.5
 # Words of a command line that join commands; each joined command is checked.
 COMMAND_SEPARATORS = frozenset({"|", "||", "&&", ";", "&", "|&"})
 SHELL_BUILTINS = frozenset({"cd", "true", "false", "echo", "test", "["})
@@ -71,166 +85,6 @@ def path_is_forbidden(path: str, patterns: list[str]) -> str | None:
     return None
 
 
-def _tool(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict:
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": required},
-        },
-    }
-
-
-_PATH = {"type": "string", "description": "path relative to the repository root"}
-TOOL_SCHEMAS: list[dict[str, Any]] = [
-    _tool(
-        "repo_map",
-        "The repository's most relevant files with their classes and functions (and line "
-        "numbers), ranked by how much the rest of the code refers to them and by the "
-        "words you give in focus.",
-        {"focus": {"type": "string", "description": "words, symbols or paths to favour"}},
-        [],
-    ),
-    _tool(
-        "list_files",
-        "List the files under a directory (ignored files left out).",
-        {"path": {**_PATH, "default": "."}},
-        [],
-    ),
-    _tool(
-        "read_file",
-        f"View a file with line numbers, {VIEW_WINDOW} lines at a time; pass start_line "
-        "and end_line (1-based, inclusive) for another window.",
-        {"path": _PATH, "start_line": {"type": "integer"}, "end_line": {"type": "integer"}},
-        ["path"],
-    ),
-    _tool(
-        "search",
-        "Search file contents for a regular expression (POSIX extended) with git grep; "
-        "ignored files are left out. Returns path:line: text.",
-        {
-            "pattern": {"type": "string"},
-            "path": {**_PATH, "description": "limit to this file or directory"},
-            "fixed_string": {"type": "boolean", "description": "match the text literally"},
-            "ignore_case": {"type": "boolean"},
-        },
-        ["pattern"],
-    ),
-    _tool(
-        "replace_text",
-        "Replace an exact piece of text in a file. It must occur exactly once unless "
-        "count is given; include enough surrounding lines to make it unique. A Python file "
-        "that would no longer parse is left unchanged and the error is shown.",
-        {
-            "path": _PATH,
-            "old": {"type": "string"},
-            "new": {"type": "string"},
-            "count": {"type": "integer", "description": "replace this many occurrences"},
-        },
-        ["path", "old", "new"],
-    ),
-    _tool(
-        "insert",
-        "Insert text after a line (0 inserts at the top of the file).",
-        {"path": _PATH, "line": {"type": "integer", "minimum": 0}, "text": {"type": "string"}},
-        ["path", "line", "text"],
-    ),
-    _tool(
-        "undo_edit",
-        "Undo the last edit (replace_text, insert or write_file) of a file.",
-        {"path": _PATH},
-        ["path"],
-    ),
-    _tool(
-        "str_replace_editor",
-        "The file editor that SWE-agent and OpenHands models know: view (a file with line "
-        "numbers, view_range [start, end] with -1 for the end, or a directory), create "
-        "(file_text), str_replace (old_str must occur exactly once), insert (new_str after "
-        "insert_line) and undo_edit. The same operations as read_file, write_file, "
-        "replace_text, insert and undo_edit.",
-        {
-            "command": {
-                "type": "string",
-                "enum": ["view", "create", "str_replace", "insert", "undo_edit"],
-            },
-            "path": _PATH,
-            "file_text": {"type": "string"},
-            "old_str": {"type": "string"},
-            "new_str": {"type": "string"},
-            "insert_line": {"type": "integer", "minimum": 0},
-            "view_range": {
-                "type": "array",
-                "items": {"type": "integer"},
-                "minItems": 2,
-                "maxItems": 2,
-            },
-        },
-        ["command", "path"],
-    ),
-    _tool(
-        "write_file",
-        "Create a file, or overwrite one completely.",
-        {"path": _PATH, "content": {"type": "string"}},
-        ["path", "content"],
-    ),
-    _tool(
-        "run_tests",
-        "Run the repository's test command, or only some tests (for example "
-        "tests/test_core.py::test_add), and get a summary of the result.",
-        {"selection": {"type": "string", "description": "test files or ids to run"}},
-        [],
-    ),
-    _tool(
-        "run_command",
-        "Run a shell command allowed by the repository's policy, in the repository root "
-        "or in cwd. Pipes, && and 2>&1 work; a non-zero exit code is reported, not an "
-        "error.",
-        {"command": {"type": "string"}, "cwd": {**_PATH, "description": "working directory"}},
-        ["command"],
-    ),
-    _tool(
-        "finish",
-        "Stop editing; the patch is ready for verification.",
-        {"summary": {"type": "string"}},
-        [],
-    ),
-]
-TOOL_NAMES = frozenset(t["function"]["name"] for t in TOOL_SCHEMAS)
-EDIT_TOOLS = frozenset({"replace_text", "write_file", "insert", "undo_edit", "str_replace_editor"})
-
-
-def _schema_of(name: str, tools: list[dict[str, Any]]) -> dict[str, Any] | None:
-    for tool in tools:
-        if tool["function"]["name"] == name:
-            return tool["function"]
-    return None
-
-
-def tool_call_problem(
-    name: str, arguments: dict[str, Any], error: str, tools: list[dict[str, Any]]
-) -> str:
-    """Why a call cannot run as the model wrote it, with the schema it should follow.
-
-    The answer goes back to the model as the call's result, so it names the problem
-    and shows the valid schema (or the tools that exist) rather than a Python error.
-    """
-    schema = _schema_of(name, tools)
-    if schema is None:
-        names = ", ".join(t["function"]["name"] for t in tools)
-        return f"unknown tool {name!r}. The tools that exist are: {names}."
-    shown = json.dumps(schema["parameters"], sort_keys=True)
-    if error:
-        return f"{error}. Call {name} again with arguments matching this schema: {shown}"
-    parameters = {**schema["parameters"], "additionalProperties": False}
-    problems = sorted(
-        (e.message for e in Draft202012Validator(parameters).iter_errors(arguments)), key=str
-    )
-    if problems:
-        return f"invalid arguments for {name}: {'; '.join(problems)}. The valid schema is: {shown}"
-    return ""
-
-
 def command_check(command: str, allowed: list[str]) -> list[str]:
     """The commands a command line runs, or ToolDenied saying what the policy refuses.
 
@@ -273,16 +127,36 @@ def command_check(command: str, allowed: list[str]) -> list[str]:
     return programs
 
 
-def _python_syntax_error(path: str, text: str) -> str:
-    if not path.endswith(".py"):
+def closest_match_hint(content: str, wanted: str) -> str:
+    """The lines of ``content`` most like ``wanted`` (difflib), shown with line numbers.
+
+    Models most often miss by indentation, a quote style or a line they remembered
+    wrong; the nearest window of the same number of lines shows them what is there.
+    """
+    lines = content.splitlines()
+    want = wanted.strip("\n").splitlines()
+    if not lines or not want or len(lines) > 20_000:
         return ""
-    try:
-        compile(text, path, "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        return f"{exc.msg} at line {exc.lineno}"
-    except ValueError as exc:
-        return str(exc)
-    return ""
+    size = min(len(want), len(lines))
+    target = "\n".join(line.strip() for line in want)
+    best, best_ratio = 0, 0.0
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2(target)
+    for start in range(len(lines) - size + 1):
+        window = "\n".join(line.strip() for line in lines[start : start + size])
+        matcher.set_seq1(window)
+        if matcher.real_quick_ratio() <= best_ratio or matcher.quick_ratio() <= best_ratio:
+            continue
+        ratio = matcher.ratio()
+        if ratio > best_ratio:
+            best, best_ratio = start, ratio
+    if best_ratio < HINT_MIN_RATIO:
+        return ""
+    first, last = best + 1, best + size
+    return (
+        f"\nThe closest text (lines {first}-{last}, {best_ratio:.0%} similar) is:\n"
+        f"{_numbered(lines, first, last)}"
+    )
 
 
 def _numbered(lines: list[str], first: int, last: int) -> str:
@@ -313,8 +187,26 @@ class Toolbox:
         self.history: dict[str, list[str]] = history if history is not None else {}
         self.focus = focus
 
+    @property
+    def roots(self) -> tuple[str, ...]:
+        shown = getattr(self.sandbox, "inside", "") or str(self.sandbox.path)
+        return tuple(dict.fromkeys([*WORKING_ROOTS, shown]))
+
+    def resolve(self, name: str, arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The call as the tools take it: an alias named by its tool, absolute paths under
+        a working root made repository-relative (anything else stays as written, for
+        safefs to refuse)."""
+        name, arguments = tool_alias_resolve(name, arguments)
+        mapped = dict(arguments)
+        for key in ("path", "cwd"):
+            if isinstance(mapped.get(key), str):
+                with contextlib.suppress(safefs.UnsafePath):
+                    mapped[key] = safefs.from_root(mapped[key], self.roots)
+        return name, mapped
+
     def check(self, name: str, arguments: dict[str, Any]) -> None:
         """Raise ToolDenied if the call breaks policy; called before the call starts."""
+        name, arguments = self.resolve(name, arguments)
         if name not in TOOL_NAMES:
             raise ToolDenied(f"unknown tool {name!r}")
         paths = [str(arguments[k]) for k in ("path", "cwd") if arguments.get(k)]
@@ -343,6 +235,7 @@ class Toolbox:
         Redaction is the second line of defence: the walls (safefs, the sandbox) keep
         secrets out of reach; this catches what a repository itself holds.
         """
+        name, arguments = self.resolve(name, arguments)
         handler = getattr(self, f"_tool_{name}")
         try:
             result: ToolResult = handler(**arguments)
@@ -382,9 +275,9 @@ class Toolbox:
         return sorted({p for p in output.split("\0") if p})
 
     def _edited(self, path: str, before: str, after: str) -> ToolResult | None:
-        """Write ``after`` unless it breaks a Python file that parsed; remember ``before``."""
-        error = _python_syntax_error(path, after)
-        if error and not _python_syntax_error(path, before):
+        """Write ``after`` unless it breaks a source file that parsed; remember ``before``."""
+        error = syntax_error(path, after)
+        if error and not syntax_error(path, before):
             line = re.search(r"line (\d+)", error)
             lines = after.splitlines()
             at = int(line.group(1)) if line else 1
@@ -392,7 +285,7 @@ class Toolbox:
             return ToolResult(
                 "completed",
                 f"error: the edit was NOT applied: {path} would no longer parse "
-                f"(SyntaxError: {error}). The edited text would read:\n"
+                f"({error}). The edited text would read:\n"
                 f"{_numbered(lines, first, last)}",
                 {"applied": False},
             )
@@ -486,7 +379,8 @@ class Toolbox:
             return ToolResult(
                 "completed",
                 f"error: the text to replace was not found in {path}; nothing changed. "
-                "Copy it exactly from read_file output (without the line numbers).",
+                "Copy it exactly from read_file output (without the line numbers)."
+                + closest_match_hint(content, old),
                 {"applied": False},
             )
         if count == 0 and found > 1:
@@ -579,7 +473,7 @@ class Toolbox:
                 return refused
         else:
             safefs.write_text(self.sandbox.path, path, content)
-        error = _python_syntax_error(path, content)
+        error = syntax_error(path, content)
         note = f" (warning: it does not parse: {error})" if error else ""
         return ToolResult("completed", f"wrote {len(content)} characters to {path}{note}")
 

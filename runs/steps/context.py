@@ -9,7 +9,7 @@ from runs.engine import Outcome, StepContext
 from runs.steps.common import S, _sandbox
 
 CONTEXT_CHAR_BUDGET = 24_000
-SYSTEM_PROMPT_VERSION = "2"
+SYSTEM_PROMPT_VERSION = "3"
 # Kept for callers that want the one-line gist; the prompt a run uses is system_prompt().
 SYSTEM_PROMPT = (
     "You are a careful software engineer working in a git repository. Use the tools to "
@@ -40,10 +40,13 @@ How to work:
   pass a selection to run only some). Reproduce a failure before fixing it when you can.
 - run_command runs a shell command line in the repository (or in cwd). Allowed commands:
   {allowed}. A non-zero exit code is information, not an error.
+- Paths are relative to the repository root; /workspace/... names the same files.
 - Never edit these paths (edits are refused): {forbidden}. The .git directory is off limits.
 - Long outputs are clipped with a marker saying what was left out; ask for a narrower
   window or search instead of re-reading whole files. Older outputs may be condensed.
-- When the change is complete and the tests pass, call finish with a one-line summary.
+- When the change is complete and the tests pass, call finish with a summary: its first
+  line becomes the commit's subject. Repeating the same call for the same answer gets
+  a warning, then the loop is stopped and your changes are submitted as they are.
 
 Limits for this task (all runs together): {budgets}. A malformed tool call, a reply
 without a tool call, or a reply cut off at the output limit counts as a model error.

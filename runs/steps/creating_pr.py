@@ -44,6 +44,27 @@ def _patch_match(ctx: StepContext, patch: Patch, pushed_sha256: str, branch: str
     raise StepFailed("patch_mismatch", detail)
 
 
+def commit_message(*, summary: str, instruction: str, submitted_by: str = "") -> tuple[str, str]:
+    """The commit's subject and whole message, from the model's own summary of its
+    change (the finish tool's ``summary``); the instruction only when it gave none.
+
+    The summary is the model's text: secrets are redacted from it like from any other
+    output, and it is cut to a subject line of 72 characters.
+    """
+    summary = redact(summary.strip())
+    source = summary or instruction.strip()
+    lines = source.splitlines() or [""]
+    first = lines[0].strip()
+    subject = f"agent: {first[:65]}{'…' if len(first) > 65 else ''}"
+    body = "\n".join(lines[1:]).strip() if summary else ""
+    notes = [body] if body else []
+    if summary:
+        notes.append(f"Task: {instruction.strip()[:1000]}")
+    if submitted_by:
+        notes.append(f"Submitted by the platform ({submitted_by}): the model did not finish.")
+    return subject, "\n\n".join([subject, *notes])
+
+
 def step_creating_pr(ctx: StepContext) -> Outcome:
     """Commit, push and open (or update) the task's single pull request.
 
@@ -65,7 +86,11 @@ def step_creating_pr(ctx: StepContext) -> Outcome:
     provider = git_provider_for(repository.provider)
     branch = ctx.run.branch
     base_branch = ctx.task.target_branch or repository.default_branch
-    title = f"agent: {ctx.task.instruction.splitlines()[0][:80]}"
+    title, message = commit_message(
+        summary=str(ctx.checkpoint.get("summary") or ""),
+        instruction=ctx.task.instruction,
+        submitted_by=patch.submitted_by,
+    )
     body = (
         f"{ctx.task.instruction}\n\n---\nRun {ctx.run.run_no} ({ctx.run.id}), "
         f"attempt {patch.attempt_no}, patch {patch.diff_sha256[:12]}."
@@ -83,7 +108,7 @@ def step_creating_pr(ctx: StepContext) -> Outcome:
             git_dir=git_dir,
             base=ctx.run.base_commit,
             diff=ctx.checkpoint.get("diff") or "",
-            message=title,
+            message=message,
         )
         _patch_match(ctx, patch, pushed.sha256, branch)
         provider.branch_push(

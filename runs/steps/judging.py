@@ -14,6 +14,8 @@ from runs.agent.judge import (
     Verdict,
     judge_model_parse,
     judge_rules,
+    task_asks_for_fix,
+    tests_weakened_only,
     verdict_combine,
 )
 from runs.agent.sandbox import SandboxError
@@ -62,6 +64,16 @@ def _steering(ctx: StepContext, diff_text: str, files: list[str]) -> list[dict[s
     return [change.as_dict() for change in changes]
 
 
+def _tests_weakened_rule(ctx: StepContext, diff_text: str, rules: Verdict) -> Verdict:
+    """A fix that only weakens tests goes back to the model, before any human sees it."""
+    if not task_asks_for_fix(instruction=ctx.task.instruction, task_type=ctx.task.task_type):
+        return rules
+    finding = tests_weakened_only(diff_text)
+    if finding is None:
+        return rules
+    return verdict_combine([rules, Verdict("revise", [finding])])
+
+
 def step_judging(ctx: StepContext) -> Outcome:
     """Rule checks on the patch, then the optional model judge; the worst verdict wins."""
     patch = Patch.objects.select_related("diff_artifact").get(pk=ctx.checkpoint["patch_id"])
@@ -78,6 +90,7 @@ def step_judging(ctx: StepContext) -> Outcome:
         max_diff_lines=int(ctx.task.model_options.get("max_diff_lines", DEFAULT_MAX_DIFF_LINES)),
         steering=_steering(ctx, diff_text, list(patch.files_changed)),
     )
+    rules = _tests_weakened_rule(ctx, diff_text, rules)
     verdicts = [("rules", rules)]
     if rules.verdict != "block":
         model = _model_judge(ctx, diff_text)
@@ -116,7 +129,10 @@ def step_judging(ctx: StepContext) -> Outcome:
         return _retry_with_feedback(
             ctx,
             reason="judge_revise",
-            feedback=f"A reviewer asks for changes: {json.dumps(worst.findings)}",
+            feedback="A reviewer asks for changes: "
+            + "; ".join(
+                str(f["reason"]) if f.get("reason") else json.dumps(f) for f in worst.findings
+            ),
         )
     flagged_tests = any(f.get("rule") == "tests_modified" for f in worst.findings)
     # Whatever the mode: what the patch does to its own verification is for a human.

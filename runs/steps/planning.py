@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from runs.agent.artifacts import artifact_create
-from runs.agent.turns import turn_obtain
+from runs.agent.context import context_condense
+from runs.agent.turns import profile_for, turn_obtain
 from runs.engine import Outcome, StepContext
+from runs.steps.acting import window_for
 from runs.steps.common import S
 
 PROCEED = "Carry out the plan with the tools; call finish when the task is done."
@@ -13,6 +15,9 @@ PROCEED = "Carry out the plan with the tools; call finish when the task is done.
 def step_planning(ctx: StepContext) -> Outcome:
     messages = list(ctx.checkpoint["messages"])
     ask = [*messages, {"role": "user", "content": "Write a short plan before acting."}]
+    profile = profile_for(ctx)
+    # Only an oversized task or repository map can need this; the cut is deterministic.
+    ask = context_condense(ask, window_for(profile, []).limit, model=profile.model)
     reply = turn_obtain(ctx, turn_no=0, purpose="plan", messages=ask, tools=[], turn_index=0)
     plan = artifact_create(run=ctx.run, kind="plan", name="plan", content=reply.content)
     # The conversation sent next must end with the user's turn: a trailing assistant

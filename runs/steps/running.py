@@ -11,15 +11,17 @@ from django.utils import timezone
 
 from runs.agent.artifacts import artifact_create, redact
 from runs.agent.budget import budget_enforce
-from runs.agent.context import clip, context_budget, context_condense, messages_tokens
+from runs.agent.context import clip
+from runs.agent.loops import STOP_AFTER, loop_nudge, loop_observe
 from runs.agent.profiles import ModelProfile
 from runs.agent.sandbox import CommandCancelled, LocalSandbox, WorkspaceTooLarge
 from runs.agent.tools import TOOL_SCHEMAS, Toolbox, ToolDenied, ToolPolicy, tool_call_problem
-from runs.agent.turns import profile_for, turn_obtain
+from runs.agent.turns import profile_for
 from runs.agent.workspace import workspace_diff
 from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import Patch, Run, ToolCall
-from runs.providers.base import ContextLengthExceeded, ModelReply
+from runs.providers.base import ModelReply
+from runs.steps.acting import act_turn
 from runs.steps.common import S, _restore
 
 TURNS_PER_STEP = 6
@@ -33,6 +35,8 @@ MUTATING_TOOLS = frozenset(
         "undo_edit",
         "run_tests",
         "str_replace_editor",
+        "bash",
+        "execute_bash",
     }
 )
 
@@ -233,76 +237,8 @@ def _assistant_message(reply: ModelReply, call_ids: list[str]) -> dict[str, Any]
     }
 
 
-def _checkpoint_messages(ctx: StepContext, messages: list[dict[str, Any]]) -> None:
-    ctx.checkpoint["messages"] = messages
-    with ctx.fenced():
-        Run.objects.filter(pk=ctx.run.pk).update(checkpoint=ctx.checkpoint)
-
-
-def _act_turn(
-    ctx: StepContext,
-    *,
-    turn_no: int,
-    messages: list[dict[str, Any]],
-    profile: ModelProfile,
-    turn_index: int,
-) -> tuple[ModelReply, list[dict[str, Any]]]:
-    """One acting turn, with the conversation fitted to the window first.
-
-    A refusal for length condenses harder and asks once more; the condensed history is
-    checkpointed before it is sent, so a resumed run sends the same.
-    """
-    budget = context_budget(
-        profile.context_window,
-        profile.max_output_tokens,
-        settings.CONTEXT_CONDENSE_AT,
-        TOOL_SCHEMAS,
-    )
-    fitted = context_condense(messages, budget)
-    if fitted is not messages:
-        ctx.emit(
-            "agent.context.condensed",
-            {"turn_no": turn_no, "messages_before": len(messages), "messages_after": len(fitted)},
-        )
-    try:
-        reply = turn_obtain(
-            ctx,
-            turn_no=turn_no,
-            purpose="act",
-            messages=fitted,
-            tools=TOOL_SCHEMAS,
-            turn_index=turn_index,
-            condense_on_refusal=True,
-        )
-        return reply, fitted
-    except ContextLengthExceeded as exc:
-        # The endpoint knows better than our estimate: aim well below what was refused.
-        target = min(budget, messages_tokens(fitted)) // 2
-        smaller = context_condense(fitted, target, keep_recent=4)
-        if smaller == fitted:
-            raise StepFailed("context_exhausted", str(exc)) from exc
-        ctx.emit(
-            "agent.context.condensed",
-            {
-                "turn_no": turn_no,
-                "messages_before": len(fitted),
-                "messages_after": len(smaller),
-                "reason": "context_length_exceeded",
-            },
-        )
-        _checkpoint_messages(ctx, smaller)
-    try:
-        reply = turn_obtain(
-            ctx,
-            turn_no=turn_no,
-            purpose="act",
-            messages=smaller,
-            tools=TOOL_SCHEMAS,
-            turn_index=turn_index,
-        )
-    except ContextLengthExceeded as exc:
-        raise StepFailed("context_exhausted", str(exc)) from exc
-    return reply, smaller
+# Budgets whose end submits what the working copy holds rather than throwing it away.
+AUTOSUBMIT_BUDGETS = frozenset({"budget_model_turns", "budget_cost", "budget_wall_clock"})
 
 
 def step_running(ctx: StepContext) -> Outcome:
@@ -312,9 +248,23 @@ def step_running(ctx: StepContext) -> Outcome:
     re-executed step resumes at the next turn; the turn in flight is replayed from its
     stored answer and its tools run again on the restored working copy. A reply the
     model got wrong is answered with what to fix and the run goes on, until the
-    model_errors budget is spent.
+    model_errors budget is spent. When turns, cost or wall clock run out, or a loop
+    that makes no progress is stopped, a working copy with changes is submitted to
+    verification like a finished attempt (marked with who submitted it).
     """
     sandbox = _restore(ctx)
+    try:
+        return _turns_run(ctx, sandbox)
+    except StepFailed as exc:
+        if exc.reason not in AUTOSUBMIT_BUDGETS:
+            raise
+        outcome = _autosubmit(ctx, sandbox, by="budget", reason=exc.reason)
+        if outcome is None:
+            raise
+        return outcome
+
+
+def _turns_run(ctx: StepContext, sandbox: LocalSandbox) -> Outcome:
     toolbox = _toolbox(ctx, sandbox)
     profile = profile_for(ctx)
     progress = ctx.checkpoint.get("progress") or {}
@@ -326,42 +276,12 @@ def step_running(ctx: StepContext) -> Outcome:
     for turn_no in range(first_turn, TURNS_PER_STEP + 1):
         if finished:
             break
-        reply, messages = _act_turn(
+        reply, messages = act_turn(
             ctx, turn_no=turn_no, messages=messages, profile=profile, turn_index=act_turns
         )
         act_turns += 1
-        call_ids = _call_ids(turn_no, reply.tool_calls)
-        messages.append(_assistant_message(reply, call_ids))
-        cut_off = reply.finish_reason == "length"
-        for call_id, request in zip(call_ids, reply.tool_calls, strict=True):
-            if cut_off:
-                output, done = _tool_call_reject(
-                    ctx,
-                    {
-                        "run": ctx.run,
-                        "step_no": ctx.step_no,
-                        "turn_no": turn_no,
-                        "call_id": call_id,
-                    },
-                    {},
-                    request,
-                    "the reply was cut off at the output limit; this call was not run",
-                    ToolCall.objects.filter(
-                        run=ctx.run, step_no=ctx.step_no, turn_no=turn_no, call_id=call_id
-                    ).first(),
-                )
-            else:
-                output, done = _tool_call_run(
-                    ctx, toolbox, turn_no=turn_no, call_id=call_id, request=request
-                )
-            messages.append({"role": "tool", "tool_call_id": call_id, "content": clip(output)})
-            finished = finished or done
-        note = _problem_note(
-            reply, "length" if cut_off else "" if reply.tool_calls else "text_only", profile
-        )
-        if note:
-            messages.append({"role": "user", "content": note})
-        if any(c.name in MUTATING_TOOLS for c in reply.tool_calls) and not cut_off:
+        finished, loop = _turn_tools(ctx, toolbox, turn_no, reply, messages, profile)
+        if any(c.name in MUTATING_TOOLS for c in reply.tool_calls):
             ctx.checkpoint["diff"] = workspace_diff(sandbox, ctx.run.base_commit).text
         ctx.checkpoint.update(
             messages=messages,
@@ -370,14 +290,127 @@ def step_running(ctx: StepContext) -> Outcome:
         )
         with ctx.fenced():
             Run.objects.filter(pk=ctx.run.pk).update(checkpoint=ctx.checkpoint)
+        if loop == "stop":
+            outcome = _autosubmit(ctx, sandbox, by="loop", reason="agent_loop")
+            if outcome is None:
+                raise StepFailed(
+                    "agent_loop",
+                    f"the model repeated the same calls {STOP_AFTER} turns in a row "
+                    "with nothing new to submit",
+                )
+            return outcome
         budget_enforce(ctx, "tool_retries")
     if not finished:
         return Outcome()  # stay in running; the next step continues the conversation
+    ctx.checkpoint.pop("submitted_by", None)
     return _patch_record(ctx, sandbox)
 
 
-def _patch_record(ctx: StepContext, sandbox: LocalSandbox) -> Outcome:
-    """The finished attempt's diff as a Patch (once, even if this step runs again)."""
+def _turn_tools(
+    ctx: StepContext,
+    toolbox: Toolbox,
+    turn_no: int,
+    reply: ModelReply,
+    messages: list[dict[str, Any]],
+    profile: ModelProfile,
+) -> tuple[bool, str]:
+    """The turn's calls carried out and answered in ``messages`` (changed in place);
+    returns whether the model finished and what the loop check says."""
+    call_ids = _call_ids(turn_no, reply.tool_calls)
+    messages.append(_assistant_message(reply, call_ids))
+    cut_off = reply.finish_reason == "length"
+    finished = False
+    observed: list[tuple[str, dict[str, Any], str]] = []
+    for call_id, request in zip(call_ids, reply.tool_calls, strict=True):
+        keys = {"run": ctx.run, "step_no": ctx.step_no, "turn_no": turn_no, "call_id": call_id}
+        if cut_off:
+            output, done = _tool_call_reject(
+                ctx,
+                keys,
+                {},
+                request,
+                "the reply was cut off at the output limit; this call was not run",
+                ToolCall.objects.filter(**keys).first(),
+            )
+        else:
+            output, done = _tool_call_run(
+                ctx, toolbox, turn_no=turn_no, call_id=call_id, request=request
+            )
+        if done and request.name == "finish":
+            ctx.checkpoint["summary"] = str(request.arguments.get("summary") or "")[:2000]
+        observed.append((request.name, request.arguments, output))
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": clip(output)})
+        finished = finished or done
+    note = _problem_note(
+        reply, "length" if cut_off else "" if reply.tool_calls else "text_only", profile
+    )
+    if note:
+        messages.append({"role": "user", "content": note})
+    if finished:
+        return True, ""
+    return False, _loop_check(ctx, turn_no, observed, messages)
+
+
+def _loop_check(
+    ctx: StepContext,
+    turn_no: int,
+    observed: list[tuple[str, dict[str, Any], str]],
+    messages: list[dict[str, Any]],
+) -> str:
+    """Nudge a model that repeats itself, or say the loop must stop (see runs.agent.loops).
+
+    The state belongs to the attempt: feedback from verification or the judge starts a
+    fresh count.
+    """
+    attempt_no = int(ctx.checkpoint.get("attempt_no", 1))
+    state = ctx.checkpoint.get("loop") or {}
+    if state.get("attempt_no") != attempt_no:
+        state = {"attempt_no": attempt_no}
+    verdict = loop_observe(state, observed)
+    ctx.checkpoint["loop"] = state
+    if verdict.action:
+        ctx.emit(
+            "agent.loop.detected",
+            {
+                "turn_no": turn_no,
+                "step_no": ctx.step_no,
+                "action": verdict.action,
+                "stale_turns": verdict.stale_turns,
+                "calls": [c[:200] for c in verdict.repeated],
+            },
+        )
+    if verdict.action == "nudge":
+        messages.append({"role": "user", "content": loop_nudge(verdict)})
+    return verdict.action
+
+
+def _autosubmit(ctx: StepContext, sandbox: LocalSandbox, *, by: str, reason: str) -> Outcome | None:
+    """The working copy's changes submitted as if the model had finished, or None.
+
+    None when there is nothing to submit, or when exactly this diff was already
+    submitted in the run (it failed verification or review once: sending it again
+    would only go round in a circle).
+    """
+    diff = workspace_diff(sandbox, ctx.run.base_commit)
+    if not diff.text.strip():
+        return None
+    attempt_no = int(ctx.checkpoint.get("attempt_no", 1))
+    # This attempt's own patch may exist: a step that crashed after recording it runs
+    # again, and _patch_record returns the same row.
+    earlier = Patch.objects.filter(run=ctx.run, diff_sha256=diff.sha256)
+    if earlier.exclude(attempt_no=attempt_no).exists():
+        return None
+    ctx.checkpoint["submitted_by"] = by
+    ctx.checkpoint.pop("summary", None)  # an earlier attempt's; this one has none
+    ctx.emit(
+        "agent.run.autosubmitted",
+        {"submitted_by": by, "reason": reason, "sha256": diff.sha256, "files": diff.files},
+    )
+    return _patch_record(ctx, sandbox, submitted_by=by)
+
+
+def _patch_record(ctx: StepContext, sandbox: LocalSandbox, *, submitted_by: str = "") -> Outcome:
+    """The attempt's diff as a Patch (once, even if this step runs again)."""
     diff = workspace_diff(sandbox, ctx.run.base_commit)
     ctx.checkpoint["diff"] = diff.text
     if not diff.text.strip():
@@ -401,6 +434,7 @@ def _patch_record(ctx: StepContext, sandbox: LocalSandbox) -> Outcome:
                 files_changed=diff.files,
                 lines_added=diff.added,
                 lines_removed=diff.removed,
+                submitted_by=submitted_by,
             )
             ctx.emit(
                 "agent.patch.created",
@@ -412,6 +446,7 @@ def _patch_record(ctx: StepContext, sandbox: LocalSandbox) -> Outcome:
                     "lines_added": patch.lines_added,
                     "lines_removed": patch.lines_removed,
                     "artifact_id": str(artifact.id),
+                    "submitted_by": patch.submitted_by or "model",
                 },
             )
     ctx.checkpoint["patch_id"] = patch.id

@@ -181,9 +181,21 @@ class RunDetailApi(APIView):
         failure_detail = serializers.CharField(read_only=True)
         budget = serializers.DictField(child=BudgetLineSerializer(), read_only=True)
         current_step = CurrentStepSerializer(read_only=True)
+        submitted_by = serializers.CharField(
+            read_only=True,
+            help_text='Who submitted the latest patch: "model" (it called finish), '
+            '"budget" (turns, cost or time ran out) or "loop" (a loop was stopped); '
+            '"" before any patch.',
+        )
 
         class Meta(RunOutputSerializer.Meta):
-            fields = [*RunOutputSerializer.Meta.fields, "failure_detail", "budget", "current_step"]
+            fields = [
+                *RunOutputSerializer.Meta.fields,
+                "failure_detail",
+                "budget",
+                "current_step",
+                "submitted_by",
+            ]
             read_only_fields = fields
 
     @extend_schema(operation_id="runs_retrieve", responses=OutputSerializer)
@@ -192,6 +204,8 @@ class RunDetailApi(APIView):
         # Computed, not model fields: plain instance attributes the OutputSerializer reads.
         run.__dict__["budget"] = run_budget_usage(run=run)
         run.__dict__["current_step"] = run_current_step(run=run)
+        latest = run.patches.order_by("-attempt_no").values_list("submitted_by", flat=True)[:1]
+        run.__dict__["submitted_by"] = (latest[0] or "model") if latest else ""
         return Response(self.OutputSerializer(run).data)
 
 

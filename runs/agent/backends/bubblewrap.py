@@ -307,6 +307,9 @@ class BubblewrapBackend(SandboxBackend):
         args += ["--bind", workdir, self.workdir_inside]
         for relative, source in sorted(readonly_mounts.items()):
             args += ["--ro-bind", str(source), f"{self.workdir_inside}/{relative}"]
+        # SWE-bench-trained models cd to /testbed: the same working copy, by a link in
+        # the sandbox's own root (nothing of the host's is reachable through it).
+        args += ["--symlink", self.workdir_inside, "/testbed"]
         # The sandbox's root (and the mount points bwrap made in it) is read-only too.
         args += ["--remount-ro", "/", "--chdir", self.workdir_inside, "--clearenv"]
         for key, value in sorted(spec.env.items()):
