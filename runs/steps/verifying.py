@@ -5,17 +5,24 @@ from __future__ import annotations
 from django.conf import settings
 
 from runs.agent.artifacts import artifact_create, redact
+from runs.agent.environment import environment_problem
 from runs.agent.sandbox import CommandCancelled, WorkspaceTooLarge
 from runs.agent.verify import verification_classify, verification_summary
 from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import Patch, VerificationAttempt
-from runs.steps.common import S, _restore, _retry_with_feedback
+from runs.steps.common import (
+    S,
+    _restore,
+    _retry_with_feedback,
+    environment_failed,
+    test_command_of,
+)
 
 
 def step_verifying(ctx: StepContext) -> Outcome:
     """Run the repository's test command on exactly the patch; categorise the outcome."""
     patch = Patch.objects.get(pk=ctx.checkpoint["patch_id"])
-    command = ctx.repository.test_command
+    command = test_command_of(ctx)
     existing = VerificationAttempt.objects.filter(
         run=ctx.run, patch=patch, verifier="test_command"
     ).first()
@@ -33,6 +40,18 @@ def step_verifying(ctx: StepContext) -> Outcome:
             raise RunCancelled() from exc
         except WorkspaceTooLarge as exc:
             raise StepFailed("workspace_too_large", str(exc)) from exc
+        problem = environment_problem(result)
+        if problem is not None:
+            # No patch could fix what the sandbox lacks: the run ends now, without
+            # spending the agent's attempts on it.
+            raise environment_failed(
+                ctx,
+                "environment_error",
+                f"the tests could not run: {problem}",
+                stage="verification",
+                command=command,
+                output=result.output,
+            )
         outcome = verification_classify(result)
         summary = verification_summary(result.output)
         log = artifact_create(
