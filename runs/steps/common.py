@@ -51,10 +51,13 @@ def _setup(ctx: StepContext, sandbox: LocalSandbox, base: str = "") -> SetupResu
     except CommandCancelled as exc:
         raise RunCancelled() from exc
     except SetupFailed as exc:
+        detail = str(exc).split(":", 1)[0]
+        if not plan.network:
+            detail += "; it had no network (the repository's setup_network is off)"
         raise environment_failed(
             ctx,
             "setup_failed",
-            str(exc).split(":", 1)[0],
+            detail,
             stage="setup",
             command=plan.command,
             output=exc.output or str(exc),
