@@ -191,7 +191,9 @@ class _Python:
             extra = self._extra()
             args += ["-e", shlex.quote(f".[{extra}]" if extra else ".")]
         groups = self.pyproject.get("dependency-groups") or {}
-        group = next((groups[g] for g in TEST_EXTRAS if isinstance(groups.get(g), list)), [])
+        group: list[Any] = next(
+            (groups[g] for g in TEST_EXTRAS if isinstance(groups.get(g), list)), []
+        )
         args += [shlex.quote(req) for req in group if isinstance(req, str)]
         if pytest:
             args.append("pytest")

@@ -73,6 +73,9 @@ def test_a_repository_with_the_defaults_passes_verification(
     assert setup["network"] is True and setup["cached"] is False
     verification = run.verifications.get()
     assert (verification.outcome, verification.command) == ("passed", test_command)
+    # The patch is the fix alone: nothing the setup or the test runs left behind.
+    fixed = script["turns"][1]["tool_calls"][0]["arguments"]["path"]
+    assert run.patches.get().files_changed == [fixed]
     # The agent's run_tests uses the detected command too.
     run_tests = run.tool_calls.get(tool="run_tests")
     assert run_tests.result["exit_code"] == 0, run_tests.result
