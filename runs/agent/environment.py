@@ -38,9 +38,12 @@ MAX_MANIFEST_BYTES = 1024**2
 SKIP_DIRS = frozenset({".git", ".venv", "venv", "node_modules", ".tox", "build", "dist"})
 MAX_WALKED = 20_000
 TEST_EXTRAS = ("test", "tests", "testing", "dev")
+# Downloads and builds go to a directory of the working copy, not the sandbox's small
+# /tmp; it is left behind with the scratch copy the setup ran in.
+SETUP_TMP = 'mkdir -p .setup-tmp && TMPDIR="$PWD/.setup-tmp"'
 PIP = (
-    ".venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check "
-    "--no-input --progress-bar off"
+    f"{SETUP_TMP} .venv/bin/python -m pip install --no-cache-dir "
+    "--disable-pip-version-check --no-input --progress-bar off"
 )
 # The npm init placeholder is not a test suite.
 NPM_PLACEHOLDER = re.compile(r"no test specified", re.I)
@@ -226,7 +229,7 @@ def _node(root: Path, names: list[str]) -> Environment | None:
     return Environment(
         kind="node",
         test_command="npm test",
-        setup_command=f"{install} --no-audit --no-fund",
+        setup_command=f"{SETUP_TMP} {install} --no-audit --no-fund --cache .setup-tmp/npm",
         cache_paths=["node_modules"],
         lock_files=["package.json"],
         evidence=[f"package.json scripts.test: {test[:200]}"],

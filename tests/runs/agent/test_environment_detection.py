@@ -82,6 +82,7 @@ def test_the_setup_installs_requirements_and_the_project_with_its_test_extra(tmp
     assert "-e '.[tests]'" in command
     assert "sub/requirements.txt" not in command
     assert "--no-cache-dir" in command  # pip's cache would fill the sandbox's small /tmp
+    assert 'TMPDIR="$PWD/.setup-tmp"' in command
 
 
 def test_a_python_repository_without_pytest_gets_unittest(tmp_path):
@@ -112,7 +113,10 @@ def test_node_with_a_test_script_gets_npm_test_and_an_install(tmp_path):
     found = [environment_detect(root) for root in (plain, locked)]
 
     assert [(f.kind, f.test_command) for f in found if f] == [("node", "npm test")] * 2
-    assert [f.setup_command.split(" --")[0] for f in found if f] == ["npm install", "npm ci"]
+    installs = [f.setup_command.split(" --")[0].rsplit(" ", 2)[-2:] for f in found if f]
+    assert installs == [["npm", "install"], ["npm", "ci"]]
+    # npm's cache and temporary files in the working copy, not the sandbox's small /tmp.
+    assert all("--cache .setup-tmp/npm" in f.setup_command for f in found if f)
     assert all(
         f.cache_paths == ["node_modules"] and "package.json" in f.lock_files for f in found if f
     )
