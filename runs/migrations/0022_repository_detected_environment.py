@@ -4,20 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0021_admission_lane_counts'),
+        ("runs", "0021_admission_lane_counts"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='repository',
-            name='setup_network',
+            model_name="repository",
+            name="setup_network",
             field=models.BooleanField(default=True),
         ),
         migrations.AlterField(
-            model_name='repository',
-            name='test_command',
-            field=models.CharField(blank=True, help_text="Blank: detected at each run from the repository's files (pytest, unittest, npm test, go test, cargo test), with a setup installing the test dependencies when setup_command is blank too.", max_length=1000),
+            model_name="repository",
+            name="test_command",
+            field=models.CharField(
+                blank=True,
+                help_text="Blank: detected at each run from the repository's files (pytest, unittest, npm test, go test, cargo test), with a setup installing the test dependencies when setup_command is blank too.",
+                max_length=1000,
+            ),
         ),
     ]
