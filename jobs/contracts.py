@@ -162,6 +162,20 @@ CATALOG: list[EventType] = [
         optional={"network": BOOL},
     ),
     _e(
+        "agent.environment.detected",
+        "The repository names no test command: the one its files call for, and the setup "
+        "installing its test dependencies, were detected for this run.",
+        required={"kind": STR, "test_command": STR},
+        optional={"setup_command": STR, "evidence": STR_LIST},
+    ),
+    _e(
+        "agent.environment.failed",
+        "The environment kept the tests from running (setup failed, a command or the test "
+        "runner missing): the run ends with the environment's reason, no attempt spent.",
+        required={"reason": STR, "stage": STR},
+        optional={"command": STR, "output_tail": STR},
+    ),
+    _e(
         "agent.context.loaded",
         "The repository map was built for the model.",
         required={"artifact_id": STR},

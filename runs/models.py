@@ -187,13 +187,20 @@ class Repository(models.Model):
     external_id = models.CharField(max_length=300, blank=True, db_index=True)
     clone_url = models.CharField(max_length=1000, help_text="URL or local path to clone from")
     default_branch = models.CharField(max_length=200, default="main")
-    test_command = models.CharField(max_length=1000, default="python -m pytest -q")
+    test_command = models.CharField(
+        max_length=1000,
+        blank=True,
+        help_text="Blank: detected at each run from the repository's files "
+        "(pytest, unittest, npm test, go test, cargo test), with a setup installing "
+        "the test dependencies when setup_command is blank too.",
+    )
     # Run in the sandbox before the agent starts (e.g. "python3 -m venv .venv &&
     # .venv/bin/pip install -e ."); its result is cached per lock-file hash and mounted
     # read-only into every later sandbox of the repository.
     setup_command = models.CharField(max_length=2000, blank=True)
-    # The setup phase only; commands of the agent never have a network.
-    setup_network = models.BooleanField(default=False)
+    # The setup phase only; commands of the agent never have a network. On by default:
+    # the default (detected) setup installs the repository's test dependencies.
+    setup_network = models.BooleanField(default=True)
     setup_cache_paths = models.JSONField(default=default_setup_cache_paths, blank=True)
     setup_lock_files = models.JSONField(default=default_setup_lock_files, blank=True)
     webhook_secret = models.CharField(max_length=200, blank=True)

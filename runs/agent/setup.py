@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 
@@ -39,6 +40,33 @@ MAX_LOCK_FILE_BYTES = 16 * 1024**2
 class SetupFailed(SandboxError):
     """The repository's setup command failed; the run cannot start."""
 
+    def __init__(self, message: str, *, output: str = "") -> None:
+        super().__init__(message)
+        self.output = output
+
+
+@dataclass(frozen=True)
+class SetupPlan:
+    """What a run's setup is: the repository's own, or the one detected for it."""
+
+    command: str
+    network: bool
+    cache_paths: tuple[str, ...]
+    lock_files: tuple[str, ...]
+
+
+def setup_plan(repository: Repository, detected: dict[str, Any] | None = None) -> SetupPlan:
+    """The repository's setup; a detected environment's (``runs.agent.environment``)
+    when the repository names none."""
+    command = repository.setup_command.strip()
+    cache_paths = list(repository.setup_cache_paths)
+    lock_files = list(repository.setup_lock_files)
+    if not command and detected:
+        command = str(detected.get("setup_command", "")).strip()
+        cache_paths = list(detected.get("cache_paths") or cache_paths)
+        lock_files += [p for p in detected.get("lock_files") or [] if p not in lock_files]
+    return SetupPlan(command, repository.setup_network, tuple(cache_paths), tuple(lock_files))
+
 
 @dataclass
 class SetupResult:
@@ -48,15 +76,12 @@ class SetupResult:
     output: str = ""
 
 
-def setup_key(repository: Repository, sandbox: LocalSandbox) -> str:
+def setup_key(repository: Repository, sandbox: LocalSandbox, plan: SetupPlan | None = None) -> str:
     """Repository, command, cache paths and the content of every lock file present."""
+    plan = plan or setup_plan(repository)
     digest = hashlib.sha256()
-    digest.update(
-        json.dumps(
-            [repository.pk, repository.setup_command, sorted(repository.setup_cache_paths)]
-        ).encode()
-    )
-    patterns = list(repository.setup_lock_files)
+    digest.update(json.dumps([repository.pk, plan.command, sorted(plan.cache_paths)]).encode())
+    patterns = list(plan.lock_files)
     for entry in safefs.walk(sandbox.path):
         name = entry.path.rsplit("/", 1)[-1]
         if not any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns):
@@ -93,12 +118,12 @@ def _read_only(root: Path) -> None:
     root.chmod(stat.S_IMODE(root.lstat().st_mode) & ~0o222)
 
 
-def _capture(repository: Repository, sandbox: LocalSandbox, cache: Path) -> None:
+def _capture(plan: SetupPlan, sandbox: LocalSandbox, cache: Path) -> None:
     """Move the setup's results out of the working copy into the cache, read-only."""
     staging = cache.parent / f".{cache.name}.{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)
     try:
-        for relative in repository.setup_cache_paths:
+        for relative in plan.cache_paths:
             relative = safefs.clean(relative)
             if not relative:
                 continue
@@ -128,12 +153,15 @@ def _writable_rmtree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def setup_mount(repository: Repository, sandbox: LocalSandbox, key: str) -> None:
+def setup_mount(
+    repository: Repository, sandbox: LocalSandbox, key: str, plan: SetupPlan | None = None
+) -> None:
     """Mount the cached setup read-only at its place in the working copy."""
     cache = setup_cache_dir(repository, key)
+    plan = plan or setup_plan(repository)
     sandbox.readonly_mounts = {
         safefs.clean(relative): cache / safefs.clean(relative)
-        for relative in repository.setup_cache_paths
+        for relative in plan.cache_paths
         if safefs.clean(relative) and (cache / safefs.clean(relative)).exists()
     }
 
@@ -145,6 +173,7 @@ def setup_ensure(
     base_commit: str,
     key: str | None = None,
     should_stop: Callable[[], bool] | None = None,
+    plan: SetupPlan | None = None,
 ) -> SetupResult | None:
     """The repository's setup mounted into ``sandbox``: from the cache (``key``, when
     the run already has one), or made now; None when there is no setup command.
@@ -153,7 +182,8 @@ def setup_ensure(
     working copy: what the cache holds is a function of the repository's committed files
     only, so no run's edits can reach another run's environment.
     """
-    command = repository.setup_command.strip()
+    plan = plan or setup_plan(repository)
+    command = plan.command
     if not command:
         return None
     started = time.monotonic()
@@ -168,7 +198,7 @@ def setup_ensure(
             platform_git.worktree_create(
                 git_dir=sandbox.git_dir, workdir=scratch.path, commit=base_commit
             )
-            key = setup_key(repository, scratch)
+            key = setup_key(repository, scratch, plan)
             cache = setup_cache_dir(repository, key)
             with _locked(cache.parent / f".{key}.lock"):
                 cached = (cache / COMPLETE_MARKER).exists()
@@ -177,17 +207,19 @@ def setup_ensure(
                         command,
                         timeout=settings.SETUP_TIMEOUT_SECONDS,
                         should_stop=should_stop,
-                        network=repository.setup_network,
+                        network=plan.network,
                     )
                     output = result.output
                     if not result.ok:
                         why = "timed out" if result.timed_out else f"exit code {result.exit_code}"
-                        raise SetupFailed(f"setup command failed ({why}): {output[-2000:]}")
-                    _capture(repository, scratch, cache)
+                        raise SetupFailed(
+                            f"setup command failed ({why}): {output[-2000:]}", output=output
+                        )
+                    _capture(plan, scratch, cache)
         finally:
             scratch.remove()
     assert key is not None
-    setup_mount(repository, sandbox, key)
+    setup_mount(repository, sandbox, key, plan)
     return SetupResult(
         key=key,
         cached=cached,

@@ -8,16 +8,37 @@ from typing import Any
 from runs.agent.artifacts import redact
 from runs.agent.budget import Spent, budget_exhausted, budget_used
 from runs.agent.sandbox import CommandCancelled, LocalSandbox, SandboxError
-from runs.agent.setup import SetupResult, setup_ensure
+from runs.agent.setup import SetupFailed, SetupResult, setup_ensure, setup_plan
 from runs.agent.workspace import workspace_ensure, workspace_restore
 from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import Run
 
 S = Run.Status
+OUTPUT_TAIL_CHARS = 2000
+
+
+def test_command_of(ctx: StepContext) -> str:
+    """The repository's test command, or the one detected for this run (preparing)."""
+    detected = ctx.checkpoint.get("environment") or {}
+    return ctx.repository.test_command.strip() or str(detected.get("test_command", ""))
+
+
+def environment_failed(
+    ctx: StepContext, reason: str, detail: str, *, stage: str, command: str, output: str = ""
+) -> StepFailed:
+    """The environment, not the agent, kept the tests from running: on the timeline with
+    the output's tail; returns the failure that ends the run without spending attempts."""
+    tail = redact(output[-OUTPUT_TAIL_CHARS:])
+    ctx.emit(
+        "agent.environment.failed",
+        {"reason": reason, "stage": stage, "command": command, "output_tail": tail},
+    )
+    return StepFailed(reason, f"{detail}\n{tail}".strip())
 
 
 def _setup(ctx: StepContext, sandbox: LocalSandbox, base: str = "") -> SetupResult | None:
     """The repository's setup mounted read-only into ``sandbox`` (made if not cached)."""
+    plan = setup_plan(ctx.repository, ctx.checkpoint.get("environment"))
     try:
         result = setup_ensure(
             repository=ctx.repository,
@@ -25,9 +46,22 @@ def _setup(ctx: StepContext, sandbox: LocalSandbox, base: str = "") -> SetupResu
             base_commit=base or ctx.run.base_commit,
             key=ctx.checkpoint.get("setup_key"),
             should_stop=ctx.should_stop,
+            plan=plan,
         )
     except CommandCancelled as exc:
         raise RunCancelled() from exc
+    except SetupFailed as exc:
+        detail = str(exc).split(":", 1)[0]
+        if not plan.network:
+            detail += "; it had no network (the repository's setup_network is off)"
+        raise environment_failed(
+            ctx,
+            "setup_failed",
+            detail,
+            stage="setup",
+            command=plan.command,
+            output=exc.output or str(exc),
+        ) from exc
     except SandboxError as exc:
         raise StepFailed("setup_failed", str(exc)) from exc
     if result is not None:

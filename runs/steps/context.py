@@ -6,7 +6,7 @@ from runs.agent.artifacts import artifact_create, redact
 from runs.agent.repomap import repo_map
 from runs.agent.tools import Toolbox, ToolPolicy
 from runs.engine import Outcome, StepContext
-from runs.steps.common import S, _sandbox
+from runs.steps.common import S, _sandbox, test_command_of
 
 CONTEXT_CHAR_BUDGET = 24_000
 SYSTEM_PROMPT_VERSION = "3"
@@ -28,6 +28,7 @@ def system_prompt(ctx: StepContext) -> str:
     )
     forbidden = ", ".join(repository.forbidden_paths) or "none"
     allowed = ", ".join(repository.allowed_commands) or "none"
+    test_command = test_command_of(ctx)
     return f"""You are a careful software engineer making one change in a git repository.
 (system prompt v{SYSTEM_PROMPT_VERSION})
 
@@ -36,7 +37,7 @@ How to work:
   find the code, read_file to view it (windows of lines, with line numbers), then edit
   with replace_text (exact text, unique in the file) or insert; undo_edit reverts a
   file's last edit. Make the smallest change that does what is asked.
-- Run the tests with run_tests (the repository's test command is `{repository.test_command}`;
+- Run the tests with run_tests (the repository's test command is `{test_command}`;
   pass a selection to run only some). Reproduce a failure before fixing it when you can.
 - run_command runs a shell command line in the repository (or in cwd). Allowed commands:
   {allowed}. A non-zero exit code is information, not an error.
@@ -51,7 +52,7 @@ How to work:
 Limits for this task (all runs together): {budgets}. A malformed tool call, a reply
 without a tool call, or a reply cut off at the output limit counts as a model error.
 
-After you finish, the platform runs `{repository.test_command}` on your patch, and a
+After you finish, the platform runs `{test_command}` on your patch, and a
 reviewer checks that the change does what was asked, touches no forbidden path, modifies
 no tests unless asked, and stays small. Failing either sends you back with feedback."""
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from jobs.ids import short_id
-from runs.agent.sandbox import CommandCancelled, SandboxError
+from runs.agent.environment import environment_detect, preflight_command
+from runs.agent.sandbox import CommandCancelled, LocalSandbox, SandboxError
 from runs.agent.workspace import workspace_clone
 from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import PullRequest, Task
-from runs.steps.common import S, _setup
+from runs.steps.common import S, _setup, environment_failed, test_command_of
+
+PREFLIGHT_TIMEOUT_SECONDS = 60
 
 
 def step_queued(ctx: StepContext) -> Outcome:
@@ -44,6 +47,9 @@ def step_preparing(ctx: StepContext) -> Outcome:
     # The repository's environment before the agent starts (network only if its policy
     # says so, and only here); later steps mount the cached result read-only.
     ctx.checkpoint.pop("setup_key", None)
+    ctx.checkpoint.pop("environment", None)
+    if not repository.test_command.strip():
+        _environment_detect(ctx, sandbox)
     setup = _setup(ctx, sandbox, base=sha)
     if setup is not None:
         ctx.emit(
@@ -55,4 +61,55 @@ def step_preparing(ctx: StepContext) -> Outcome:
                 "network": ctx.repository.setup_network,
             },
         )
+    _preflight(ctx, sandbox)
     return Outcome(to=S.CONTEXT_LOADING, fields={"base_commit": sha, "branch": branch})
+
+
+def _environment_detect(ctx: StepContext, sandbox: LocalSandbox) -> None:
+    """The test command and setup the base commit's files call for, kept for the run."""
+    detected = environment_detect(sandbox.path)
+    if detected is None:
+        raise environment_failed(
+            ctx,
+            "environment_error",
+            "the repository's files do not say how its tests run (no pytest or Python "
+            "project, package.json test script, go.mod or Cargo.toml); set its test_command",
+            stage="detection",
+            command="",
+        )
+    ctx.checkpoint["environment"] = detected.as_dict()
+    ctx.emit(
+        "agent.environment.detected",
+        {
+            "kind": detected.kind,
+            "test_command": detected.test_command,
+            # The repository's own setup, when it names one, still wins.
+            "setup_command": ctx.repository.setup_command.strip() or detected.setup_command,
+            "evidence": detected.evidence,
+        },
+    )
+
+
+def _preflight(ctx: StepContext, sandbox: LocalSandbox) -> None:
+    """Before the agent spends anything: the test command's program (and test runner
+    module) is in the sandbox. A missing one is the environment's failure, not a wrong
+    patch, and no attempt of the agent could fix it."""
+    command = test_command_of(ctx)
+    check = preflight_command(command)
+    if check is None:
+        return
+    try:
+        result = sandbox.run(check, timeout=PREFLIGHT_TIMEOUT_SECONDS, should_stop=ctx.should_stop)
+    except CommandCancelled as exc:
+        raise RunCancelled() from exc
+    except SandboxError as exc:
+        raise StepFailed("sandbox_error", str(exc)) from exc
+    if result.exit_code == 127:
+        raise environment_failed(
+            ctx,
+            "environment_error",
+            f"the test command `{command}` cannot run in the sandbox",
+            stage="preflight",
+            command=command,
+            output=result.output,
+        )

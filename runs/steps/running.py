@@ -22,7 +22,7 @@ from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import Patch, Run, ToolCall
 from runs.providers.base import ModelReply
 from runs.steps.acting import act_turn
-from runs.steps.common import S, _restore
+from runs.steps.common import S, _restore, test_command_of
 
 TURNS_PER_STEP = 6
 # Tools after which the working copy may differ from the checkpointed diff.
@@ -59,7 +59,7 @@ def _toolbox(ctx: StepContext, sandbox: LocalSandbox) -> Toolbox:
             command_timeout=settings.COMMAND_TIMEOUT_SECONDS,
         ),
         should_stop=ctx.should_stop,
-        test_command=repository.test_command,
+        test_command=test_command_of(ctx),
         # Earlier versions for undo_edit live in the checkpoint, with the diff they undo.
         history=ctx.checkpoint.setdefault("edit_history", {}),
         focus=ctx.task.instruction,

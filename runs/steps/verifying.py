@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 
 from runs.agent.artifacts import artifact_create, redact
+from runs.agent.environment import environment_problem
 from runs.agent.sandbox import (
     CommandCancelled,
     CommandResult,
@@ -35,7 +36,13 @@ from runs.agent.verify import (
 from runs.agent.workspace import platform_repository, workspace_scratch
 from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import Patch, VerificationAttempt
-from runs.steps.common import S, _retry_with_feedback, _setup
+from runs.steps.common import (
+    S,
+    _retry_with_feedback,
+    _setup,
+    environment_failed,
+    test_command_of,
+)
 
 Result = VerificationAttempt.Outcome
 
@@ -82,6 +89,7 @@ def _baseline(ctx: StepContext, command: str) -> dict[str, Any]:
     ):
         return cached
     result = _run_once(ctx, _scratch(ctx, "base", ""), command)
+    _environment_check(ctx, result, command)
     counts = _counts(result)
     log = artifact_create(run=ctx.run, kind="log", name="verification base", content=result.output)
     baseline = {
@@ -104,7 +112,7 @@ def _steering(ctx: StepContext, patch: Patch, diff: str) -> tuple[str, list[Stee
             base=ctx.run.base_commit,
             diff=diff,
             files=list(patch.files_changed),
-            test_command=ctx.repository.test_command,
+            test_command=test_command_of(ctx),
         )
         if not changes:
             return diff, []
@@ -138,14 +146,30 @@ def _report_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _environment_check(ctx: StepContext, result: CommandResult, command: str) -> None:
+    """No patch can fix what the sandbox lacks: such a run ends now, without spending the
+    agent's attempts on it."""
+    problem = environment_problem(result)
+    if problem is not None:
+        raise environment_failed(
+            ctx,
+            "environment_error",
+            f"the tests could not run: {problem}",
+            stage="verification",
+            command=command,
+            output=result.output,
+        )
+
+
 def _verify(ctx: StepContext, patch: Patch, data: dict[str, Any]) -> VerificationAttempt:
-    command = ctx.repository.test_command
+    command = test_command_of(ctx)
     diff, steering = _steering(ctx, patch, ctx.checkpoint.get("diff") or "")
     ctx.check_cancelled()
     with ctx.fenced():
         ctx.emit("agent.verification.started", data)
     baseline = _baseline(ctx, command)
     result = _run_once(ctx, _scratch(ctx, f"verify-{patch.attempt_no}", diff), command)
+    _environment_check(ctx, result, command)
     outcome = verification_classify(result)
     counts = _counts(result)
     base_counts = SuiteCounts(**baseline["counts"]) if baseline["counts"] else None
@@ -184,7 +208,7 @@ def _verify(ctx: StepContext, patch: Patch, data: dict[str, Any]) -> Verificatio
 def step_verifying(ctx: StepContext) -> Outcome:
     """Run the repository's test command on exactly the patch; categorise the outcome."""
     patch = Patch.objects.get(pk=ctx.checkpoint["patch_id"])
-    command = ctx.repository.test_command
+    command = test_command_of(ctx)
     data = {"patch_id": patch.id, "command": command, "attempt_no": patch.attempt_no}
     existing = VerificationAttempt.objects.filter(
         run=ctx.run, patch=patch, verifier="test_command"

@@ -2,6 +2,8 @@
 repository (as an operator: a local path must be under ``LOCAL_REPOSITORY_ROOTS``).
 
 Prints the repository id, the ``repository`` of ``POST /api/tasks/``, as the last line.
+Without ``--test-command`` each run detects how the repository's tests run and the setup
+that installs their dependencies in the sandbox (``runs.agent.environment``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,24 @@ class Command(BaseCommand):
         )
         parser.add_argument("--external-id", default="", help="e.g. octo-org/hello on GitHub")
         parser.add_argument("--default-branch", default="main")
-        parser.add_argument("--test-command", default=None, help="default: python -m pytest -q")
+        parser.add_argument(
+            "--test-command",
+            default=None,
+            help="default: detected at each run from the repository's files (pytest, "
+            "unittest, npm test, go test, cargo test), with a setup installing the test "
+            "dependencies in the sandbox unless --setup-command is given",
+        )
+        parser.add_argument(
+            "--setup-command",
+            default=None,
+            help="run in the sandbox before the agent, its result cached (default: none "
+            "with --test-command, else the detected one)",
+        )
+        parser.add_argument(
+            "--no-setup-network",
+            action="store_true",
+            help="no network for the setup either (the default setup downloads packages)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         workspace = Workspace.objects.filter(slug=options["workspace"]).first()
@@ -66,6 +85,9 @@ class Command(BaseCommand):
         )
         if options["test_command"]:
             repository.test_command = options["test_command"]
+        if options["setup_command"]:
+            repository.setup_command = options["setup_command"]
+        repository.setup_network = not options["no_setup_network"]
         try:
             repository.full_clean()
         except ValidationError as exc:
@@ -75,5 +97,7 @@ class Command(BaseCommand):
                 )
             ) from exc
         repository.save()
+        if not repository.test_command:
+            self.stdout.write("its test command and setup are detected at each run")
         self.stdout.write(f"repository {repository.name} added to {workspace.slug}; its id:")
         self.stdout.write(str(repository.pk))
