@@ -292,28 +292,31 @@ def environment_detect(root: Path) -> Environment | None:
     return None
 
 
-def _first_command(command: str) -> list[str]:
-    """The words of the first simple command of a shell line, assignments left out."""
+def _first_command(command: str) -> tuple[list[str], list[str]]:
+    """The leading ``NAME=value`` assignments and the words of the first simple command of
+    a shell line."""
     lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|<>()")
     lexer.whitespace_split = True
+    assignments: list[str] = []
     words: list[str] = []
     try:
         for word in lexer:
             if set(word) <= set(";&|<>()"):
                 break
             if not words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", word):
+                assignments.append(word)
                 continue
             words.append(word)
     except ValueError:
-        return []
-    return words
+        return [], []
+    return assignments, words
 
 
 def preflight_command(test_command: str) -> str | None:
     """A quick check, run in the sandbox before the agent starts, that the test command's
     program is there (and, for ``python -m X``, that X is installed): a shell line that
     exits 127 saying what is missing; None when the command cannot be checked."""
-    words = _first_command(test_command)
+    assignments, words = _first_command(test_command)
     if not words or words[0] in ("cd", "env", "exec", "sh", "bash"):
         return None
     program = shlex.quote(words[0])
@@ -331,7 +334,9 @@ def preflight_command(test_command: str) -> str | None:
             f'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec("{top}") else 1)'
         )
         gone = shlex.quote(f"{words[0]}: No module named {module} (the test runner is missing)")
-        check += f" && {{ {program} -c {probe} || {{ echo {gone}; exit 127; }}; }}"
+        # The command's own assignments (PYTHONPATH=vendor ...) apply to the probe too.
+        runner = " ".join([*(shlex.quote(a) for a in assignments), program])
+        check += f" && {{ {runner} -c {probe} || {{ echo {gone}; exit 127; }}; }}"
     return check
 
 
