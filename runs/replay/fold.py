@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from runs.models import ModelTurn, Patch, Run, RunEvent, RunFoldSnapshot
 
 # Bump when _apply changes meaning: older snapshots are then ignored.
-VERSION = 1
+VERSION = 2
 SNAPSHOT_EVERY = 200
 CENTS = Decimal("0.000001")
 TERMINAL_EVENTS = {
@@ -57,7 +57,10 @@ def _apply(state: dict[str, Any], run_id: str, type: str, data: dict[str, Any]) 
     elif type == "agent.model.turn.completed":
         state["tokens_in"] += int(data.get("tokens_in") or 0)
         state["tokens_out"] += int(data.get("tokens_out") or 0)
-        state["cost_usd"] = str(Decimal(state["cost_usd"]) + Decimal(str(data.get("cost_usd", 0))))
+        # Stored per turn at six places (PostgreSQL rounds half away from zero), and the
+        # run's total is the sum of those stored values.
+        cost = Decimal(str(data.get("cost_usd", 0))).quantize(CENTS, ROUND_HALF_UP)
+        state["cost_usd"] = str(Decimal(state["cost_usd"]) + cost)
         state["turns"] += 1
     elif type == "agent.patch.created":
         state["patches"] += 1

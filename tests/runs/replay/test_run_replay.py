@@ -1,0 +1,61 @@
+"""Run replay: a finished run reproduced without its model, divergences reported."""
+
+from __future__ import annotations
+
+import pytest
+
+from runs.models import RunReplay
+from runs.replay.reproduce import replay_execute, replay_request
+from tests.runs.replay.recorded import model_server, push_change, recorded_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def driven_inline(monkeypatch):
+    monkeypatch.setattr("runs.dispatch.run_wake", lambda **kwargs: None)
+
+
+def test_a_completed_run_replays_to_the_same_patch_with_no_model_request(
+    settings, workspace, repository
+):
+    with model_server(settings, "counted") as server:
+        original = recorded_run(workspace, repository, "counted")
+        asked = len(server.requests)
+
+        replay = replay_execute(replay_id=str(replay_request(run=original, by="t").id))
+
+        assert len(server.requests) == asked  # not one request more
+    assert replay.status == RunReplay.Status.REPRODUCED, replay.divergences
+    assert replay.report["patch_sha256"] == original.patches.get().diff_sha256
+    assert replay.report["tool_calls"] == 4
+    assert replay.report["tests"]["outcome"] == "passed"
+    event = original.events.get(type="agent.run.replayed")
+    assert event.data == {
+        "replay_id": str(replay.id),
+        "outcome": "reproduced",
+        "divergences": 0,
+        "first_divergence": "",
+    }
+
+
+def test_a_run_whose_repository_changed_since_reports_the_divergence(
+    settings, workspace, repository, sample_repo, tmp_path
+):
+    with model_server(settings, "counted"):
+        original = recorded_run(workspace, repository, "counted")
+    push_change(
+        sample_repo,
+        tmp_path,
+        "calc/core.py",
+        "def add(a, b):\n    return sum((a, b))\n\n\ndef multiply(a, b):\n    return a * b\n",
+    )
+
+    replay = replay_execute(replay_id=str(replay_request(run=original, by="t").id))
+
+    assert replay.status == RunReplay.Status.DIVERGED
+    kinds = [d["kind"] for d in replay.divergences]
+    assert kinds == ["patch_no_longer_applies"], replay.divergences
+    # At its base commit the run still reproduces exactly.
+    assert replay.report["patch_sha256"] == original.patches.get().diff_sha256
+    assert replay.report["head"]["moved"] and replay.report["head"]["applies"] is False
