@@ -334,7 +334,7 @@ def _rows_import(run: Run, members: dict[str, bytes], ids: _Ids) -> None:
     for p in _lines(members, "patches.jsonl"):
         rest = {k: v for k, v in p.items() if k not in (*plain, "diff_artifact")}
         ids.patches[p["id"]] = Patch.objects.create(
-            run=run, diff_artifact=ids.artifact(p["diff_artifact"]), **rest
+            run=run, diff_artifact=ids.artifacts[str(p["diff_artifact"])], **rest
         )
     _patch_rows_import(run, members, ids)
 
