@@ -59,3 +59,41 @@ def test_a_run_whose_repository_changed_since_reports_the_divergence(
     # At its base commit the run still reproduces exactly.
     assert replay.report["patch_sha256"] == original.patches.get().diff_sha256
     assert replay.report["head"]["moved"] and replay.report["head"]["applies"] is False
+
+
+def test_a_test_that_now_fails_on_the_branch_is_reported(
+    settings, workspace, repository, sample_repo, tmp_path
+):
+    with model_server(settings, "counted"):
+        original = recorded_run(workspace, repository, "counted")
+    # The patch still applies (another file), but the branch now expects more of add().
+    push_change(
+        sample_repo,
+        tmp_path,
+        "tests/test_more.py",
+        "import unittest\n\nfrom calc import add\n\n\n"
+        "class MoreTest(unittest.TestCase):\n"
+        "    def test_add_three(self):\n"
+        "        self.assertEqual(add(1, 2, 3), 6)\n",
+    )
+
+    replay = replay_execute(replay_id=str(replay_request(run=original, by="t").id))
+
+    assert [d["kind"] for d in replay.divergences] == ["tests_fail_on_branch"]
+    assert replay.divergences[0]["recorded"] == "passed"
+    assert replay.report["head"]["applies"] is True
+
+
+def test_a_tool_result_that_differs_today_is_reported(settings, workspace, repository):
+    with model_server(settings, "counted"):
+        original = recorded_run(workspace, repository, "counted")
+    # The repository's policy no longer lets the agent run python3.
+    repository.allowed_commands = ["git", "ls"]
+    repository.save()
+
+    replay = replay_execute(replay_id=str(replay_request(run=original, by="t").id))
+
+    assert replay.status == RunReplay.Status.DIVERGED
+    denied = [d for d in replay.divergences if d["kind"] == "tool_denied_now"]
+    assert [d["tool"] for d in denied] == ["run_command"]
+    assert denied[0]["turn_no"] >= 1 and denied[0]["call_id"] == "c3"
