@@ -103,7 +103,8 @@ def replay_execute(*, replay_id: str, progress: Progress | None = None) -> RunRe
         return replay
     RunReplay.objects.filter(pk=replay.pk).update(status=RunReplay.Status.RUNNING, progress=0)
     state = _Replaying(replay=replay, run=replay.run, progress=progress)
-    git_dir = platform_git.platform_repository_path(f"replay-{replay.id}")
+    # Not named "run-…": the sandbox orphan sweep would take it for an ended run's.
+    git_dir = platform_git.platform_repository_root() / f"replay-{replay.id}.git"
     sandboxes: list[LocalSandbox] = []
     report: dict[str, Any] = {"base_commit": state.run.base_commit, "model_requests": 0}
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from runs.agent.sandbox import sandbox_orphans_sweep
 from runs.models import RunReplay
 from runs.replay.reproduce import replay_execute, replay_request
 from tests.runs.replay.recorded import model_server, push_change, recorded_run
@@ -97,3 +98,20 @@ def test_a_tool_result_that_differs_today_is_reported(settings, workspace, repos
     denied = [d for d in replay.divergences if d["kind"] == "tool_denied_now"]
     assert [d["tool"] for d in denied] == ["run_command"]
     assert denied[0]["turn_no"] >= 1 and denied[0]["call_id"] == "c3"
+
+
+def test_the_sandbox_orphan_sweep_leaves_a_replay_in_flight_alone(settings, workspace, repository):
+    with model_server(settings, "counted"):
+        original = recorded_run(workspace, repository, "counted")
+    swept: list[list[str]] = []
+
+    def sweep_while_replaying(done: int, total: int, what: str) -> None:
+        if done == 1:
+            swept.append(sandbox_orphans_sweep(active_run_ids=set(), min_age_seconds=0))
+
+    replay = replay_execute(
+        replay_id=str(replay_request(run=original, by="t").id), progress=sweep_while_replaying
+    )
+
+    assert swept and not any(name.startswith("replay-") for name in swept[0])
+    assert replay.status == RunReplay.Status.REPRODUCED, replay.divergences
