@@ -15,7 +15,8 @@ from rich.progress import Progress
 
 from jobs.consumers import PermanentConsumerError
 from jobs.redelivery import outbox_envelopes, redeliver, redelivery_count
-from runs.models import Workspace
+from runs.management.lookup import row_by_id_fragment
+from runs.models import Run, Workspace
 from runs.replay.redeliver import timeline_envelopes
 
 
@@ -49,13 +50,16 @@ class Command(BaseCommand):
             if workspace is None:
                 raise CommandError(f"no workspace {options['workspace']!r}")
             workspace_id = workspace.pk
+        run_id = None
+        if options["run"]:
+            run_id = str(row_by_id_fragment(Run, options["run"], noun="run").pk)
         since, until = _time(options["since"]), _time(options["until"])
         if options["outbox"]:
             return outbox_envelopes(
-                since=since, until=until, partition_key=options["run"], workspace_id=workspace_id
+                since=since, until=until, partition_key=run_id, workspace_id=workspace_id
             )
         return timeline_envelopes(
-            run_id=options["run"], workspace_id=workspace_id, since=since, until=until
+            run_id=run_id, workspace_id=workspace_id, since=since, until=until
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -1,4 +1,4 @@
-"""``manage.py run_replay RUN_ID``: reproduce a finished run without its model, with a
+"""``manage.py run_replay RUN [--by NAME]``: reproduce a finished run without its model, with a
 progress bar, and print where the reproduction diverged (exit 1 if it did)."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from rich.progress import Progress
 
+from runs.management.lookup import row_by_id_fragment
 from runs.models import Run
 from runs.replay.reproduce import replay_execute, replay_request
 from runs.services import CommandRefused
@@ -19,14 +19,13 @@ class Command(BaseCommand):
     help = "Reproduce a finished run from its record (no model calls) and report divergences."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("run_id")
+        parser.add_argument("run", help="run id, or the short id the console shows")
+        parser.add_argument("--by", default="cli", help="who asks (recorded on the timeline)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        run = row_by_id_fragment(Run, options["run"], noun="run")
         try:
-            run = Run.objects.get(pk=options["run_id"])
-            replay = replay_request(run=run, by="manage.py run_replay")
-        except (Run.DoesNotExist, ValueError, ValidationError) as exc:
-            raise CommandError(f"no run {options['run_id']!r}") from exc
+            replay = replay_request(run=run, by=options["by"])
         except CommandRefused as exc:
             raise CommandError(exc.message) from exc
         with Progress(transient=True) as bar:

@@ -8,6 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from rich.progress import Progress
 
+from runs.management.lookup import row_by_id_fragment
 from runs.models import Run
 from runs.replay.fold import SNAPSHOT_EVERY, run_check
 
@@ -22,7 +23,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         runs = Run.objects.order_by("created_at", "id")
         if options["run"]:
-            runs = runs.filter(pk=options["run"])
+            runs = runs.filter(pk=row_by_id_fragment(Run, options["run"], noun="run").pk)
         drifted = 0
         with Progress(transient=True) as bar:
             task = bar.add_task("checking runs", total=runs.count())

@@ -40,15 +40,15 @@ def _call(*args: str) -> str:
 
 
 def test_run_replay_reports_a_reproduction(finished):
-    output = _call("run_replay", str(finished.id))
+    output = _call("run_replay", finished.short_id)  # as the console shows it
 
     replay = RunReplay.objects.get(run=finished)
     assert f"replay {replay.id}: reproduced" in output
 
 
 def test_run_replay_refuses_an_unknown_run():
-    with pytest.raises(CommandError, match="no run"):
-        _call("run_replay", "00000000-0000-0000-0000-000000000000")
+    with pytest.raises(CommandError, match="no run has an id"):
+        _call("run_replay", "deadbeefdead")
 
 
 def test_run_fork_queues_a_fork(finished):
