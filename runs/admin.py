@@ -50,6 +50,7 @@ from runs.models import (
     Workspace,
     WorkspaceSpend,
 )
+from runs.replay import admin as replay_admin  # noqa: F401  (registers its page)
 from runs.replay.reproduce import replay_request
 from runs.state import ACTIVE, TERMINAL
 from runs.timeline import event_record
