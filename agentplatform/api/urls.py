@@ -27,6 +27,7 @@ urlpatterns = [
     path("runs/<uuid:pk>/reject/", runs.RunRejectApi.as_view(), name="api-run-reject"),
     path("runs/<uuid:pk>/retry/", runs.RunRetryApi.as_view(), name="api-run-retry"),
     path("runs/<uuid:pk>/replay/", replay.RunReplayCreateApi.as_view(), name="api-run-replays"),
+    path("runs/<uuid:pk>/fork/", replay.RunForkApi.as_view(), name="api-run-fork"),
     path(
         "runs/<uuid:pk>/replays/<uuid:replay_id>/",
         replay.RunReplayDetailApi.as_view(),

@@ -6,6 +6,7 @@ import pytest
 
 from runs import demo
 from runs.engine import run_drive_inline
+from runs.models import Run
 from runs.replay.reproduce import replay_execute
 from runs.services import task_submit
 from tests.factories import api_client_for, member_with_repository
@@ -45,3 +46,27 @@ def test_a_member_replays_a_finished_run_and_reads_the_report(sample_repo):
     stranger, _, _ = member_with_repository()
     assert api_client_for(stranger).post(f"/api/runs/{run.id}/replay/").status_code == 404
     assert api_client_for(stranger).get(accepted["Location"]).status_code == 404
+
+
+def test_a_member_forks_a_finished_run_and_a_bad_turn_is_a_problem(sample_repo):
+    user, workspace, repository = member_with_repository()
+    repository.clone_url = str(sample_repo)
+    repository.save()
+    submission = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Fix add()",
+        model_options={"provider": "scripted", "script": demo.fix_script()},
+    )
+    run = run_drive_inline(run_id=submission.run.id)
+    api = api_client_for(user)
+
+    accepted = api.post(f"/api/runs/{run.id}/fork/", {"turn": 1}, format="json")
+    assert accepted.status_code == 202, accepted.content
+    fork = Run.objects.get(pk=accepted.json()["run_id"])
+    assert fork.task.source_ref["fork_of"]["run_id"] == str(run.id)
+
+    too_far = api.post(f"/api/runs/{run.id}/fork/", {"turn": 99}, format="json")
+    assert too_far.status_code == 409 and too_far.json()["code"] == "turn_out_of_range"
+    unknown = api.post(f"/api/runs/{run.id}/fork/", {"turn": 1, "extra": 1}, format="json")
+    assert unknown.status_code == 400
