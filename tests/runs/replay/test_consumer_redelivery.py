@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.db import transaction
+from django.utils import timezone
 
 from jobs.consumers import Consumer
-from jobs.models import OutboxEvent, ProcessedEvent
+from jobs.models import EventSubscription, OutboxEvent, ProcessedEvent
 from jobs.redelivery import outbox_envelopes, redeliver, redelivery_count
+from runs.models import RunEvent
 from runs.replay.redeliver import timeline_envelopes
 from runs.timeline import event_record
 
@@ -64,7 +70,6 @@ def test_replay_of_1000_events_applies_the_unseen_half_exactly_once(run):
 
 
 def test_a_new_consumer_is_backfilled_from_the_timeline_after_the_outbox_is_pruned(run):
-    from django.db import transaction
 
     with transaction.atomic():
         recorded = [
@@ -82,3 +87,63 @@ def test_a_new_consumer_is_backfilled_from_the_timeline_after_the_outbox_is_prun
 
     assert report.delivered == 3
     assert [str(e.id) for e in recorded] == APPLIED
+
+
+class _Receiver:
+    """A subscriber endpoint in a thread that records each delivery's event id."""
+
+    def __init__(self) -> None:
+
+        received = self.received = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                received.append(self.headers["X-Agentplatform-Delivery"])
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hook"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_subscription_is_redelivered_a_time_range_of_a_workspace_once(run):
+
+    receiver = _Receiver()
+    try:
+        sub = EventSubscription.objects.create(
+            workspace=run.workspace,
+            url=receiver.url,
+            secret="s3cret-value",
+            event_types=["agent.run.*"],
+        )
+        with transaction.atomic():
+            old, new = (
+                event_record(
+                    task=run.task,
+                    run=run,
+                    type="agent.run.operator_action",
+                    data={"action": a, "by": "t"},
+                )
+                for a in ("old", "new")
+            )
+        RunEvent.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=2))
+        since = timezone.now() - timedelta(days=1)
+        envelopes = lambda: timeline_envelopes(workspace_id=run.workspace_id, since=since)  # noqa: E731
+
+        dry = redelivery_count(target=f"subscription:{sub.pk}", envelopes=envelopes())
+        first = redeliver(target=f"subscription:{sub.pk}", envelopes=envelopes())
+        second = redeliver(target=f"subscription:{sub.pk}", envelopes=envelopes())
+    finally:
+        receiver.close()
+
+    assert dry.to_deliver == 1 and receiver.received == [str(new.id)]
+    assert (first.delivered, second.delivered, second.already_processed) == (1, 0, 1)

@@ -6,6 +6,7 @@ import io
 import tarfile
 
 import pytest
+from django.db import transaction
 
 from runs import demo
 from runs.engine import run_drive_inline
@@ -40,8 +41,6 @@ def test_export_import_round_trips_artifacts_and_holds_no_secret(workspace, repo
         webhook_secret=WEBHOOK_SECRET,
         clone_url=f"https://bob:{URL_PASSWORD}@git.example.com/calc.git",
     )
-    from django.db import transaction
-
     with transaction.atomic():
         event_record(
             task=run.task,
