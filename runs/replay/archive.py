@@ -239,9 +239,16 @@ class _Ids:
 
 
 def run_import(*, path: Path, workspace: Workspace, by: str) -> Run:
-    """The archive's run, read-only, in ``workspace``; ArchiveInvalid if it does not check."""
+    """The archive's run, read-only, in ``workspace`` (once per archive and workspace);
+    ArchiveInvalid if it does not check."""
     data = path.read_bytes()
     manifest, members = _archive_read(data)
+    archive_sha256 = hashlib.sha256(data).hexdigest()
+    again = RunImport.objects.filter(
+        archive_sha256=archive_sha256, run__workspace=workspace
+    ).select_related("run")
+    if (earlier := again.first()) is not None:
+        return earlier.run  # the same archive into the same workspace: imported once
     task_data = _lines(members, "task.json")[0]
     run_data = _lines(members, "run.json")[0]
     if run_data["status"] not in TERMINAL:
@@ -263,7 +270,7 @@ def run_import(*, path: Path, workspace: Workspace, by: str) -> Run:
         RunImport.objects.create(
             run=run,
             source_run_id=uuid.UUID(manifest["run_id"]),
-            archive_sha256=hashlib.sha256(data).hexdigest(),
+            archive_sha256=archive_sha256,
             manifest={
                 **manifest,
                 "source_ref": task_data.get("source_ref") or {},

@@ -118,6 +118,12 @@ def replay_execute(*, replay_id: str, progress: Progress | None = None) -> RunRe
     except (SandboxError, CloneUrlRefused) as exc:
         state.diverged("replay_errored", error=redact(str(exc))[:1000])
         status = RunReplay.Status.ERRORED
+    except Exception as exc:
+        # Ended, not retried: a replay is re-requested by whoever reads its report, and
+        # one that stays "running" behind a dead letter tells them nothing.
+        error = f"{type(exc).__name__}: {exc}"
+        state.diverged("replay_errored", error=redact(error)[:1000])
+        status = RunReplay.Status.ERRORED
     finally:
         for sandbox in sandboxes:
             sandbox.remove()

@@ -8,6 +8,7 @@ import tarfile
 import pytest
 from django.db import transaction
 
+from jobs.models import OutboxEvent
 from runs import demo
 from runs.engine import run_drive_inline
 from runs.models import Artifact, Repository, RunImport, Task
@@ -73,6 +74,9 @@ def test_export_import_round_trips_artifacts_and_holds_no_secret(workspace, repo
     assert not run_check(imported).drifted
     with pytest.raises(CommandRefused):
         task_retry(task=Task.objects.get(pk=imported.task_id), by="t")
+    assert run_import(path=archive, workspace=elsewhere, by="t") == imported
+    assert RunImport.objects.filter(source_run_id=run.id).count() == 1
+    assert not OutboxEvent.objects.filter(partition_key=str(imported.id)).exists()
 
 
 def test_a_tampered_archive_is_refused(workspace, repository, tmp_path):

@@ -115,3 +115,17 @@ def test_the_sandbox_orphan_sweep_leaves_a_replay_in_flight_alone(settings, work
 
     assert swept and not any(name.startswith("replay-") for name in swept[0])
     assert replay.status == RunReplay.Status.REPRODUCED, replay.divergences
+
+
+def test_a_replay_whose_repository_is_gone_ends_errored(
+    settings, workspace, repository, sample_repo
+):
+    with model_server(settings, "counted"):
+        original = recorded_run(workspace, repository, "counted")
+    sample_repo.rename(sample_repo.with_name("moved.git"))
+
+    replay = replay_execute(replay_id=str(replay_request(run=original, by="t").id))
+
+    assert replay.status == RunReplay.Status.ERRORED
+    assert [d["kind"] for d in replay.divergences] == ["replay_errored"]
+    assert original.events.get(type="agent.run.replayed").data["outcome"] == "errored"
