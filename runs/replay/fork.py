@@ -12,7 +12,10 @@ from turn N+1 on. Everything is written in the submission's transaction, before 
 run's first wake-up, and ``agent.run.forked`` goes on both timelines.
 
 Reused turns cost the fork nothing: their tokens and cost stay the original's, and the
-fork's totals and timeline hold only what it asked itself.
+fork's totals and timeline hold only what it asked itself. The fork clones the default
+branch as it is when it starts, like any new task: if the branch moved since the
+original's base commit, the reused turns' tools act on today's files (a replay's report
+says whether they still give the recorded results). Follow-up runs are not forked.
 """
 
 from __future__ import annotations
@@ -67,6 +70,10 @@ def run_fork(*, run: Run, turn: int, by: str, profile: str = "", source: str = "
         raise CommandRefused("run_active", f"run {run.id} is {run.status}; fork a finished run")
     if hasattr(run, "imported"):
         raise CommandRefused("run_imported", "an imported run is read-only")
+    if run.feedback:
+        # A follow-up started from its pull request's branch and its review feedback; a
+        # fork's new task has neither, so the reused turns would answer another request.
+        raise CommandRefused("run_followup", "a follow-up run cannot be forked; fork run 1")
     turns = list(
         ModelTurn.objects.filter(run=run)
         .select_related("request_artifact", "response_artifact")

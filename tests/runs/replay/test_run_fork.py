@@ -7,6 +7,8 @@ import pytest
 from runs.engine import run_drive_inline
 from runs.models import ModelTurn, Run, Task
 from runs.replay.fork import run_fork
+from runs.services import CommandRefused
+from tests.factories import RunFactory
 from tests.runs.replay.recorded import model_server, recorded_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -47,3 +49,22 @@ def test_a_fork_from_turn_n_asks_the_other_model_only_after_n(settings, workspac
     assert fork.tokens_in == sum(
         t.tokens_in for t in ModelTurn.objects.filter(run=fork).order_by("step_no", "turn_no")[2:]
     )
+
+
+@pytest.mark.parametrize(
+    ("fields", "turn", "profile", "code"),
+    [
+        ({"status": Run.Status.RUNNING}, 0, "", "run_active"),
+        ({"status": Run.Status.COMPLETED, "feedback": "rename it"}, 0, "", "run_followup"),
+        ({"status": Run.Status.COMPLETED}, 0, "no-such-profile", "model_profile_unknown"),
+        ({"status": Run.Status.COMPLETED}, 1, "", "turn_out_of_range"),
+    ],
+)
+def test_a_fork_that_cannot_start_as_asked_is_refused(fields, turn, profile, code):
+    run = RunFactory(**fields)
+
+    with pytest.raises(CommandRefused) as refused:
+        run_fork(run=run, turn=turn, profile=profile, by="t")
+
+    assert refused.value.code == code
+    assert Task.objects.count() == 1  # nothing was submitted
