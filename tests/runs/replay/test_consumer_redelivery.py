@@ -12,10 +12,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobs.consumers import Consumer
-from jobs.models import EventSubscription, OutboxEvent, ProcessedEvent
+from jobs.models import EventSubscription, OutboxEvent, ProcessedEvent, WorkspaceDailyCost
 from jobs.redelivery import outbox_envelopes, redeliver, redelivery_count
+from runs import demo
+from runs.engine import run_drive_inline
 from runs.models import RunEvent
 from runs.replay.redeliver import timeline_envelopes
+from runs.services import task_submit
 from runs.timeline import event_record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -147,3 +150,26 @@ def test_a_subscription_is_redelivered_a_time_range_of_a_workspace_once(run):
 
     assert dry.to_deliver == 1 and receiver.received == [str(new.id)]
     assert (first.delivered, second.delivered, second.already_processed) == (1, 0, 1)
+
+
+def test_the_cost_consumer_is_backfilled_from_a_run_timeline_exactly_once(
+    workspace, repository, monkeypatch
+):
+    monkeypatch.setattr("runs.dispatch.run_wake", lambda **kwargs: None)
+    submission = task_submit(
+        workspace=workspace,
+        repository=repository,
+        instruction="Fix add()",
+        model_options={"provider": "scripted", "script": demo.fix_script()},
+    )
+    run = run_drive_inline(run_id=submission.run.id)
+    assert not WorkspaceDailyCost.objects.exists()  # no relay ran: the consumer saw nothing
+
+    for _ in range(2):
+        report = redeliver(target="cost_aggregation", envelopes=timeline_envelopes(run_id=run.id))
+
+    totals = WorkspaceDailyCost.objects.get(workspace=workspace)
+    assert report.delivered == 0 and report.already_processed == totals.model_turns
+    assert (totals.tokens_in, totals.tokens_out) == (run.tokens_in, run.tokens_out)
+    assert totals.model_turns == run.model_turns.count()
+    assert totals.cost_usd == run.cost_usd
