@@ -6,9 +6,9 @@ so these models belong to the runs app without a second import of runs.models.
 
 from __future__ import annotations
 
-import uuid
-
 from django.db import models
+
+from jobs.ids import new_id
 
 
 class RunReplay(models.Model):
@@ -23,7 +23,7 @@ class RunReplay(models.Model):
         # The reproduction could not be carried out (no sandbox, repository gone).
         ERRORED = "errored"
 
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    id = models.UUIDField(primary_key=True, default=new_id, editable=False)
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="replays")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     requested_by = models.CharField(max_length=200, blank=True)
