@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from jobs.models import OutboxEvent
 from runs.engine import run_drive_inline
 from runs.models import ModelTurn, Run, Task
 from runs.replay.fork import run_fork
 from runs.services import CommandRefused
 from tests.factories import RunFactory
 from tests.runs.replay.recorded import model_server, recorded_run
+from tests.test_event_contracts import _assert_contract
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,6 +47,8 @@ def test_a_fork_from_turn_n_asks_the_other_model_only_after_n(settings, workspac
     on_original = original.events.get(type="agent.run.forked").data
     on_fork = fork.events.get(type="agent.run.forked").data
     assert on_original == on_fork and on_fork["fork_run_id"] == str(fork.id)
+    for event in OutboxEvent.objects.filter(type="agent.run.forked"):
+        _assert_contract(event.payload)
     # The reused turns cost the fork nothing; what it asked, it paid for.
     assert fork.tokens_in == sum(
         t.tokens_in for t in ModelTurn.objects.filter(run=fork).order_by("step_no", "turn_no")[2:]

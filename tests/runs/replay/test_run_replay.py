@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from jobs.models import OutboxEvent
 from runs.agent.sandbox import sandbox_orphans_sweep
 from runs.models import RunReplay
 from runs.replay.reproduce import replay_execute, replay_request
 from tests.runs.replay.recorded import model_server, push_change, recorded_run
+from tests.test_event_contracts import _assert_contract
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -32,6 +34,7 @@ def test_a_completed_run_replays_to_the_same_patch_with_no_model_request(
     assert replay.report["tool_calls"] == 4
     assert replay.report["tests"]["outcome"] == "passed"
     event = original.events.get(type="agent.run.replayed")
+    _assert_contract(OutboxEvent.objects.get(event_id=event.id).payload)
     assert event.data == {
         "replay_id": str(replay.id),
         "outcome": "reproduced",
