@@ -150,6 +150,18 @@ CATALOG: list[EventType] = [
         optional={"outcome": STR, "note": STR},
     ),
     _e(
+        "agent.run.replayed",
+        "The finished run was reproduced from its record; outcome and divergences found.",
+        required={"replay_id": STR, "outcome": STR, "divergences": INT},
+        optional={"first_divergence": STR},
+    ),
+    _e(
+        "agent.run.forked",
+        "A new run reuses this run's first model turns (on both runs' timelines).",
+        required={"source_run_id": STR, "fork_run_id": STR, "fork_task_id": STR, "turn": INT},
+        optional={"model_profile": STR},
+    ),
+    _e(
         "agent.sandbox.created",
         "The repository was cloned into the run's sandbox.",
         required={"base_commit": STR},

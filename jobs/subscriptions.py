@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from typing import Any
 
 import httpx
 from django.conf import settings
@@ -39,15 +40,22 @@ def consumer_name(subscription_id: int) -> str:
     return f"subscription:{subscription_id}"
 
 
-def subscription_deliver(*, subscription_id: int, event_id: str) -> str:
-    """POST the event to the subscription once it is accepted; delivered, duplicate, gone."""
+def subscription_deliver(
+    *, subscription_id: int, event_id: str, payload: dict[str, Any] | None = None
+) -> str:
+    """POST the event to the subscription once it is accepted; delivered, duplicate, gone.
+
+    ``payload`` is the envelope when the caller has it (a re-delivery from history whose
+    outbox row is pruned); otherwise it is read from the outbox.
+    """
     name = consumer_name(subscription_id)
     if ProcessedEvent.objects.filter(consumer=name, event_id=event_id).exists():
         return "duplicate"
     sub = EventSubscription.objects.filter(pk=subscription_id, active=True).first()
-    payload = (
-        OutboxEvent.objects.filter(event_id=event_id).values_list("payload", flat=True).first()
-    )
+    if payload is None:
+        payload = (
+            OutboxEvent.objects.filter(event_id=event_id).values_list("payload", flat=True).first()
+        )
     if sub is None or payload is None:
         return "gone"
     tracing.event_bind(payload)

@@ -51,6 +51,8 @@ from runs.models import (
     Workspace,
     WorkspaceSpend,
 )
+from runs.replay import admin as replay_admin  # noqa: F401  (registers its page)
+from runs.replay.reproduce import replay_request
 from runs.state import ACTIVE, TERMINAL
 from runs.timeline import event_record
 
@@ -425,7 +427,7 @@ class RunAdmin(OperatorAdmin):
     ordering = ("-created_at",)
     change_form_template = "admin/runs/run/change_form.html"
     # No bulk approval: a patch is approved on its run page, next to its diff.
-    actions = ["cancel_runs", "retry_runs"]
+    actions = ["cancel_runs", "retry_runs", "replay_runs"]
     readonly_fields = (
         "id",
         "task",
@@ -584,6 +586,20 @@ class RunAdmin(OperatorAdmin):
 
         self._run_act(
             request, queryset.select_related("task"), verb="Retry", action="retry", command=command
+        )
+
+    @admin.action(description="Replay selected runs (no model calls)", permissions=["operate"])
+    def replay_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
+        def command(run: Run, by: str) -> tuple[bool, str]:
+            replay = replay_request(run=run, by=by)
+            return True, f"replay {replay.id} queued"
+
+        self._run_act(
+            request,
+            queryset.select_related("task"),
+            verb="Replay",
+            action="replay",
+            command=command,
         )
 
     def approve_runs(self, request: HttpRequest, queryset: QuerySet) -> None:

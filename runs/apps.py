@@ -15,11 +15,15 @@ class RunsConfig(AppConfig):
         from jobs.work import WorkKind, work_kind_register
         from runs.dead_letters import dead_letter_announce
         from runs.engine import AFTER_TERMINAL
+        from runs.replay.reproduce import REPLAY_WORK, replay_work
         from runs.services import run_after_terminal
 
         pgtime.register()
         dead_letter_listener_register(dead_letter_announce)
         work_kind_register(WorkKind(name=AFTER_TERMINAL, handler=run_after_terminal))
+        work_kind_register(
+            WorkKind(name=REPLAY_WORK, handler=replay_work, queue="verify", max_attempts=3)
+        )
         for schedule in (
             Schedule("zombie reaper", "runs.zombies_reap", 10),
             Schedule("approval expiry", "runs.approvals_expire", 30),

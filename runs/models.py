@@ -797,3 +797,9 @@ class PullRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider} PR #{self.number} ({self.branch})"
+
+
+# The recorded history's own rows (runs.replay), part of this app.
+from runs.replay.records import RunFoldSnapshot, RunImport, RunReplay  # noqa: E402
+
+__all__ = ["RunFoldSnapshot", "RunImport", "RunReplay"]

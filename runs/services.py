@@ -40,6 +40,7 @@ from runs.models import (
     Membership,
     Repository,
     Run,
+    RunImport,
     Task,
     Workspace,
     WorkspaceSpend,
@@ -309,6 +310,8 @@ def _lane_take_sql(workspace_id: int) -> tuple[str, list[Any]]:
 
 def _run_start(*, task: Task, feedback: str = "", actor: str = "") -> Run:
     """Create the task's next run and its first events; dispatch on commit."""
+    if RunImport.objects.filter(run__task=task).exists():
+        raise CommandRefused("task_imported", "an imported task is read-only")
     run_no = (task.runs.aggregate(n=Max("run_no"))["n"] or 0) + 1
     run = Run.objects.create(task=task, run_no=run_no, feedback=feedback)
     Task.objects.filter(pk=task.pk).update(

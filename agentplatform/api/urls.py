@@ -6,7 +6,15 @@ from django.urls import path
 from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerView
 
 from agentplatform.api import stream
-from agentplatform.api.views import identities, operations, root, runs, tasks, workspaces
+from agentplatform.api.views import (
+    identities,
+    operations,
+    replay,
+    root,
+    runs,
+    tasks,
+    workspaces,
+)
 from agentplatform.api.views.schema import SchemaApi
 
 urlpatterns = [
@@ -26,6 +34,13 @@ urlpatterns = [
     path("runs/<uuid:pk>/approve/", runs.RunApproveApi.as_view(), name="api-run-approve"),
     path("runs/<uuid:pk>/reject/", runs.RunRejectApi.as_view(), name="api-run-reject"),
     path("runs/<uuid:pk>/retry/", runs.RunRetryApi.as_view(), name="api-run-retry"),
+    path("runs/<uuid:pk>/replay/", replay.RunReplayCreateApi.as_view(), name="api-run-replays"),
+    path("runs/<uuid:pk>/fork/", replay.RunForkApi.as_view(), name="api-run-fork"),
+    path(
+        "runs/<uuid:pk>/replays/<uuid:replay_id>/",
+        replay.RunReplayDetailApi.as_view(),
+        name="api-run-replay",
+    ),
     path("runs/<uuid:pk>/stream", stream.run_stream, name="api-run-stream"),
     path("workspaces/", workspaces.WorkspaceCollectionApi.as_view(), name="api-workspaces"),
     path("workspaces/<slug:slug>/", workspaces.WorkspaceDetailApi.as_view(), name="api-workspace"),
