@@ -38,7 +38,7 @@ from runs.agent.transcript import NUMBER
 from runs.agent.verify import verification_classify
 from runs.gitproviders import git_provider_for
 from runs.models import ModelTurn, Patch, Run, RunReplay, ToolCall, VerificationAttempt
-from runs.repositories import CloneUrlRefused, clone_url_check_before_clone
+from runs.repositories import CloneUrlRefused, clone_url_check_before_use
 from runs.services import CommandRefused
 from runs.state import TERMINAL
 from runs.timeline import event_record
@@ -159,7 +159,7 @@ def _replay_finish(state: _Replaying, status: str, report: dict[str, Any]) -> Ru
 
 def _fresh_clone(run: Run, git_dir: Path) -> None:
     repository = run.task.repository
-    clone_url_check_before_clone(repository.clone_url)
+    clone_url_check_before_use(repository.clone_url)
     config, secret = git_provider_for(repository.provider).git_credentials(repository)
     shutil.rmtree(git_dir, ignore_errors=True)
     platform_git.repository_fetch(
