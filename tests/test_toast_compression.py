@@ -35,9 +35,10 @@ def test_the_large_columns_compress_with_lz4_when_the_server_has_it():
     assert methods == dict.fromkeys(COLUMNS, expected)
 
 
-def test_a_large_payload_is_stored_compressed_with_lz4():
-    if not lz4_available(connection):
-        pytest.fail("this PostgreSQL has no lz4; the test needs a server built with it")
+def test_a_large_payload_is_stored_compressed_with_the_servers_best_method():
+    # lz4 where the server was built with it (the system packages are); pglz otherwise
+    # (the embedded server's wheel has no lz4).
+    expected = "lz4" if lz4_available(connection) else "pglz"
     payload = {"commits": [{"message": f"change {i}", "id": f"{i:040x}"} for i in range(200)]}
     receipt = WebhookReceiptFactory(payload=payload)
     with connection.cursor() as cursor:
@@ -47,7 +48,7 @@ def test_a_large_payload_is_stored_compressed_with_lz4():
             [receipt.pk],
         )
         method, size = cursor.fetchone()
-    assert method == "lz4"
+    assert method == expected
     assert size < len(str(payload)) / 2
     receipt.refresh_from_db()
     assert receipt.payload == payload

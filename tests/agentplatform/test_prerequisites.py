@@ -53,8 +53,13 @@ def test_make_demo_without_bubblewrap_stops_at_once_and_says_how_to_install_it(t
 
 
 def test_pytest_under_require_services_without_chromium_is_one_clear_message(tmp_path):
+    # A session of its own, not a worker of this one (xdist's variables would make it
+    # one, and skip the check that belongs to the session's controller).
+    inherited = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TEST_PROCESS"))
+    }
     env = {
-        **os.environ,
+        **inherited,
         "REQUIRE_SERVICES": "1",
         "CHROMIUM_PATH": str(tmp_path / "no-chromium"),
         "PATH": _path_without(tmp_path, "chromium"),
