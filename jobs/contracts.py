@@ -1,4 +1,4 @@
-"""The event catalog: the CloudEvents envelope (DESIGN §5) and one data schema per type.
+"""The event catalog: the CloudEvents envelope (docs/design.md §5) and one data schema per type.
 
 ``manage.py event_catalog`` writes ``docs/events/<type>/v1.json`` (JSON Schema 2020-12)
 and ``docs/asyncapi.yaml`` (AsyncAPI 3.0) from this module, and ``--check`` fails when

@@ -174,7 +174,7 @@ class WorkspaceDailyCost(models.Model):
 class Notification(models.Model):
     """An outgoing notification (e.g. a comment on the GitHub issue that started a task).
 
-    Unique on (event, channel): the idempotency key of DESIGN §6. A row that exists but
+    Unique on (event, channel): the idempotency key of docs/design.md §6. A row that exists but
     is not SENT means an earlier attempt may or may not have reached the provider; the
     sender looks for its marker there before posting again.
     """

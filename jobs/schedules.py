@@ -1,6 +1,6 @@
 """The safety-net schedules beat runs, kept in django-celery-beat's tables.
 
-Every one is a net under an event-driven path (DESIGN §1.2), so they run every 5-30 s,
+Every one is a net under an event-driven path (docs/design.md §1.2), so they run every 5-30 s,
 not every second: beat costs CPU per tick. ``jobs`` registers its own sweeps; the domain
 apps register theirs from ``AppConfig.ready`` with ``schedule_register``.
 """

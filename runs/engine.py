@@ -1,4 +1,4 @@
-"""The step protocol (DESIGN §7): lease, check, do one step, commit, dispatch, return.
+"""The step protocol (docs/design.md §7): lease, check, do one step, commit, dispatch, return.
 
 A wake-up message names a run and the step number it was sent for. The worker takes the
 run's lease with a conditional UPDATE that also bumps the fencing token (``attempt``); a

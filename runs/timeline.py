@@ -52,7 +52,7 @@ def envelope(
     sequence: int | None,
     causation_id: str | None = None,
 ) -> dict[str, Any]:
-    """The CloudEvents 1.0 envelope with our extensions (DESIGN §5)."""
+    """The CloudEvents 1.0 envelope with our extensions (docs/design.md §5)."""
     return _envelope_of(
         _envelope_common(task=task, run=run, causation_id=causation_id),
         event_id=event_id,

@@ -3,7 +3,7 @@
 Everything here runs inside the HTTP request and must stay cheap: a few hashes, one
 small query for the secrets of the repositories the delivery may belong to, one
 statement that records the receipt and its work item. A delivery reaches only the
-repositories whose own secret signed it (DESIGN §9). The work happens in processing,
+repositories whose own secret signed it (docs/design.md §9). The work happens in processing,
 woken once the receipt is committed.
 """
 

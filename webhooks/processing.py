@@ -748,7 +748,7 @@ GITLAB_HANDLERS: dict[str, Callable[[Delivery], Outcome]] = {
 
 
 def _repositories(receipt: WebhookReceipt) -> list[Repository]:
-    """The repositories whose own secret verified the delivery (DESIGN §9: a delivery
+    """The repositories whose own secret verified the delivery (docs/design.md §9: a delivery
     reaches only repositories that proved they own it); a receipt naming none, as one
     recorded before routing required that proof, reaches nobody."""
     if not receipt.repository_ids:

@@ -172,7 +172,7 @@ class GitHubProvider(GitProvider):
     ) -> PullRequestInfo:
         """Update the task's pull request; a closed one is reopened, a merged one refused.
 
-        One pull request per task (DESIGN §6): a follow-up after a reviewer closed the PR
+        One pull request per task (docs/design.md §6): a follow-up after a reviewer closed the PR
         brings that PR back rather than opening another; after a merge the branch is
         history, so new work on it must be a new task.
         """

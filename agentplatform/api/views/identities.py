@@ -1,6 +1,6 @@
 """What proves who: a repository's webhook secret, a member's linked provider accounts.
 
-A repository's webhook secret is the proof that a delivery belongs to it (DESIGN §9);
+A repository's webhook secret is the proof that a delivery belongs to it (docs/design.md §9);
 it is never shown again after the rotation that made it. A linked provider account is
 what lets a comment decide an approval as a platform user; each workspace keeps its own
 links, so a workspace's admin can link its members without giving anyone their power in
