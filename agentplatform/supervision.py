@@ -29,6 +29,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -42,9 +43,14 @@ STOP_TIMEOUT_SECONDS = 5.0
 
 
 def _die_with_parent(signum: int, parent: int) -> Callable[[], None]:
+    # The signal fires when the forking *thread* ends: from a short-lived thread it would
+    # stop the child early, so only the main thread arms it (the watchdog covers the rest).
+    armed = threading.current_thread() is threading.main_thread()
+
     def preexec() -> None:
         os.setsid()
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+        if armed:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
         # The parent may have died between fork and prctl: no signal would ever come.
         if os.getppid() != parent:
             os._exit(1)
