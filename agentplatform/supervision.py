@@ -108,8 +108,9 @@ def _targets(child: dict[str, Any]) -> list[int]:
     pid, started = child.get("pid"), child.get("start")
     if not pid or started is None:
         return []
-    if not child.get("group"):
-        return [pid] if same_process(pid, started) else []
+    leader = start_time(pid)
+    if not child.get("group") or (leader is not None and leader != started):
+        return [pid] if leader == started else []
     return [
         member
         for member in group_members(pid)
