@@ -65,6 +65,21 @@ def spawn(argv: list[str], *, death_signal: int = signal.SIGTERM, **kwargs: Any)
     return subprocess.Popen(argv, preexec_fn=_die_with_parent(death_signal, os.getpid()), **kwargs)
 
 
+def die_with_make() -> None:
+    """Under ``make`` (``make serve``, ``make chaos``...), stop as if by SIGTERM when make
+    dies: a supervisor or CI job that kills make, even with SIGKILL, signals make alone and
+    would leave this process running. Elsewhere (a shell, nohup, systemd) nothing
+    changes."""
+    try:
+        parent = Path(f"/proc/{os.getppid()}/comm").read_text().strip()
+    except OSError:
+        return
+    if parent in ("make", "gmake"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() == 1 or not Path(f"/proc/{os.getppid()}/comm").exists():
+            os.kill(os.getpid(), signal.SIGTERM)  # make died before the signal was armed
+
+
 # --- pid files ------------------------------------------------------------------------------
 
 

@@ -1913,6 +1913,7 @@ def _git(*args: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> str:
+    supervision.die_with_make()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument(

@@ -45,6 +45,7 @@ def _embedded_services() -> None:
     # account, which must reach its data directories inside (mkdtemp makes it 0700).
     session.chmod(0o711)
     root = session / "services"
+    supervision.die_with_make()
     for orphan in embedded.orphans_stop(
         Path(tempfile.gettempdir()).glob("agentplatform-test-*/services")
     ):

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 
+from agentplatform import supervision
 from tests.chaos.scenarios import (
     FULL,
     LIGHT,
@@ -122,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _stop_requested)
+    supervision.die_with_make()
     stack = Stack(keep=args.keep)
     results: list[Result] = []
     started = time.monotonic()

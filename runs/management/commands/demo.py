@@ -106,6 +106,7 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=int, default=150)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        supervision.die_with_make()
         run_dir = Path(settings.VAR_DIR) / "run"
         supervision.sweep(run_dir)
         pid_file = supervision.PidFile(run_dir, "demo")

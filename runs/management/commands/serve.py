@@ -34,6 +34,7 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=2)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        supervision.die_with_make()
         run_dir = Path(settings.VAR_DIR) / "run"
         if swept := supervision.sweep(run_dir):
             self.stderr.write(f"stopped {swept} processes left by an earlier serve")

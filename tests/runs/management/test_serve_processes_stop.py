@@ -14,13 +14,16 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import httpx
 import pytest
 
 from agentplatform import embedded
-from agentplatform.proc import group_members
+from agentplatform.proc import group_members, start_time
 from tests.agentplatform.test_embedded_default_stack import manage, server_pids, unconfigured_env
+from tests.chaos.services import live_processes
 from tests.conftest import free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -33,7 +36,7 @@ def descendants_of_serve(state: dict[str, dict[str, int]]) -> list[int]:
     return [pid for child in state.values() for pid in group_members(child["pid"])]
 
 
-def serve_children(var: Path, serve: subprocess.Popen[str]) -> dict[str, dict[str, int]]:
+def serve_children(var: Path, serve: subprocess.Popen[str] | Any) -> dict[str, dict[str, int]]:
     """web, worker and beat of ``serve``, from its process tree."""
     children = {}
     for entry in Path("/proc").iterdir():
@@ -171,3 +174,51 @@ def test_serves_worker_stops_on_sigterm_within_seconds(serving) -> None:
     started = time.monotonic()
     wait_for(lambda: not group_members(worker["pid"]), timeout=10, interval=0.05, message="worker")
     assert time.monotonic() - started < 5
+
+
+def test_make_serve_killed_with_sigkill_leaves_no_process_behind(
+    tmp_path: Path, embedded_var: Path
+) -> None:
+    """A supervisor kills `make` itself, not the Python process make started."""
+    port = free_port()
+    env = unconfigured_env(embedded_var, PORT=str(port))
+    log = open(tmp_path / "make.log", "w")  # noqa: SIM115 - closed below
+    make = subprocess.Popen(
+        ["make", "serve"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    serve_pid = 0
+    try:
+
+        def serve_answers() -> bool:
+            assert make.poll() is None, (tmp_path / "make.log").read_text()[-3000:]
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).is_success
+            except httpx.HTTPError:
+                return False
+
+        wait_for(serve_answers, timeout=240, interval=0.5, message="make serve answering")
+        serve_pid = next(
+            pid
+            for pid, fields, cmdline in live_processes()
+            if int(fields[1]) == make.pid and b"serve" in cmdline
+        )
+        children = wait_for(
+            lambda: serve_children(embedded_var, SimpleNamespace(pid=serve_pid)), timeout=30
+        )
+        make.kill()
+        make.wait()
+        wait_for(
+            lambda: not descendants_of_serve(children) and start_time(serve_pid) is None,
+            timeout=30,
+            interval=0.1,
+            message="serve and its children to stop",
+        )
+        wait_for(lambda: not server_pids(embedded_var), timeout=30, message="embedded servers")
+    finally:
+        if make.poll() is None:
+            make.kill()
+            make.wait()
+        if serve_pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(serve_pid, signal.SIGKILL)
+        log.close()
