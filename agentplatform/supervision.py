@@ -201,16 +201,18 @@ def _watch(path: Path, embedded_root: Path | None) -> int:
     parent = os.getppid()
     stops = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
     signal.pthread_sigmask(signal.SIG_BLOCK, stops)
-    # The parent-death signal, or the parent gone before it was armed.
-    while os.getppid() == parent and signal.sigtimedwait(stops, 1.0) is None:
-        pass
-    try:
-        state = json.loads(path.read_text())
-    except (OSError, ValueError):
-        state = {}
-    owner = state.get("owner", {})
-    if same_process(owner.get("pid"), owner.get("start")):
-        return 0  # a signal of someone else's while the supervisor lives
+    while True:
+        # The parent-death signal, or the parent gone before it was armed; a signal of
+        # someone else's while the supervisor lives is not its death.
+        while os.getppid() == parent and signal.sigtimedwait(stops, 1.0) is None:
+            pass
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError):
+            state = {}
+        owner = state.get("owner", {})
+        if os.getppid() != parent or not same_process(owner.get("pid"), owner.get("start")):
+            break
     children_stop(state.get("children", {}).values())
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
