@@ -7,7 +7,9 @@ loopback ports recorded in ``embedded.json``; every later process (web, workers,
 management commands) finds them there and connects (two loopback connects, under a
 millisecond). A lock file serialises the start. They run until ``stop`` (``make stop``)
 or until the process that ``claim``-ed them ends (``make serve`` and ``make demo``
-claim them and stop them when they exit). Processes left behind by an earlier start
+claim them and stop them when they exit; if one is killed, its watchdog stops them,
+see agentplatform.supervision, and an owner recorded with its pid and start time is
+never mistaken for a process that got the pid later). Processes left behind by an earlier start
 (a killed owner, a deleted data directory) are stopped before the next start.
 
 PostgreSQL refuses to run as root: as root both servers run as the unprivileged system
@@ -36,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+
+from agentplatform.proc import same_process, start_time
 
 SERVICE_ACCOUNT = "agentplatform"
 DATABASE_NAME = "agentplatform"
@@ -78,7 +82,7 @@ def valkey_server() -> Path:
 # --- state -------------------------------------------------------------------------------
 
 
-def _state_read(root: Path) -> dict[str, dict[str, int]]:
+def _state_read(root: Path) -> dict[str, dict[str, Any]]:
     try:
         state = json.loads((root / "embedded.json").read_text())
     except (OSError, ValueError):
@@ -86,7 +90,7 @@ def _state_read(root: Path) -> dict[str, dict[str, int]]:
     return state if isinstance(state, dict) else {}
 
 
-def _state_write(root: Path, state: dict[str, dict[str, int]]) -> None:
+def _state_write(root: Path, state: dict[str, dict[str, Any]]) -> None:
     partial = root / "embedded.json.partial"
     partial.write_text(json.dumps(state))
     partial.replace(root / "embedded.json")
@@ -151,7 +155,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _endpoints(state: dict[str, dict[str, int]]) -> Endpoints:
+def _endpoints(state: dict[str, dict[str, Any]]) -> Endpoints:
     return Endpoints(
         database_url=(f"postgres://postgres@127.0.0.1:{state['postgres']['port']}/{DATABASE_NAME}"),
         redis_url=f"redis://127.0.0.1:{state['redis']['port']}/0",
@@ -391,9 +395,21 @@ def ensure(root: Path, *, own: bool = False) -> Endpoints:
                 state[name] = start(root.resolve(), account)
                 _state_write(root, state)
         if own:
-            state["owner"] = {"pid": os.getpid()}
+            state["owner"] = _me()
             _state_write(root, state)
         return _endpoints(state)
+
+
+def _me() -> dict[str, int | None]:
+    return {"pid": os.getpid(), "start": start_time(os.getpid())}
+
+
+def _owner_alive(owner: dict[str, Any]) -> bool:
+    """Whether the recorded owner still runs: its pid with its start time (a pid handed
+    to another process since must not keep the services forever)."""
+    if owner.get("start") is None:
+        return _alive(owner.get("pid"))
+    return same_process(owner.get("pid"), owner.get("start"))
 
 
 def claim(root: Path) -> bool:
@@ -401,10 +417,10 @@ def claim(root: Path) -> bool:
     process already is; True when it now is."""
     with _locked(root):
         state = _state_read(root)
-        owner = state.get("owner", {}).get("pid")
-        if owner not in (None, os.getpid()) and _alive(owner):
+        owner = state.get("owner", {})
+        if owner.get("pid") not in (None, os.getpid()) and _owner_alive(owner):
             return False
-        state["owner"] = {"pid": os.getpid()}
+        state["owner"] = _me()
         _state_write(root, state)
         return True
 
@@ -414,8 +430,8 @@ def orphans_stop(roots: Iterable[Path]) -> list[Path]:
     died without stopping them); the roots stopped."""
     stopped = []
     for root in roots:
-        owner = _state_read(root).get("owner", {}).get("pid")
-        if owner and not _alive(owner):
+        owner = _state_read(root).get("owner", {})
+        if owner.get("pid") and not _owner_alive(owner):
             stop(root)
             stopped.append(root)
     return stopped

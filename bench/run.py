@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
-from agentplatform import embedded
+from agentplatform import embedded, supervision
 from runs.management.process_groups import process_groups_stop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -232,14 +232,8 @@ class Processes:
         self, name: str, argv: list[str], cwd: Path = ROOT, **env: str
     ) -> subprocess.Popen[bytes]:
         log = open(self.logdir / f"{name}.log", "ab")  # noqa: SIM115
-        child = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env={**self.env, **env},
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
+        # Its own group, and SIGTERM from the kernel should the benchmark be killed.
+        child = supervision.spawn(argv, cwd=cwd, env={**self.env, **env}, stdout=log, stderr=log)
         self.children.append(child)
         return child
 
@@ -1919,6 +1913,7 @@ def _git(*args: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> str:
+    supervision.die_with_make()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument(

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from agentplatform import embedded, prerequisites
+from agentplatform import embedded, prerequisites, supervision
 from runs import demo
 from runs.management.process_groups import process_groups_stop
 from tests.chaos.services import live_processes
@@ -219,7 +219,7 @@ class WorkerProcess:
             **(env or {}),
         }
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
+        self.process = supervision.spawn(
             [
                 sys.executable,
                 "-m",
@@ -242,7 +242,6 @@ class WorkerProcess:
             env=env,
             stdout=self.log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
         )
         self._wait_ready()
 
@@ -308,7 +307,7 @@ def beat_start(schedule: Path, log: Any) -> subprocess.Popen[bytes]:
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
     }
-    return subprocess.Popen(
+    return supervision.spawn(
         [
             *(sys.executable, "-m", "celery", "-A", "agentplatform", "beat"),
             *("--loglevel", "INFO", "--pidfile=", "-s", str(schedule)),
@@ -317,7 +316,6 @@ def beat_start(schedule: Path, log: Any) -> subprocess.Popen[bytes]:
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
-        start_new_session=True,
     )
 
 
@@ -329,7 +327,7 @@ def web_server(**env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """
     db = settings.DATABASES["default"]
     port = free_port()
-    process = subprocess.Popen(
+    process = supervision.spawn(
         [sys.executable, "-m", "uvicorn", "agentplatform.asgi:application", "--port", str(port)],
         cwd=Path(__file__).resolve().parent.parent,
         env={
@@ -340,7 +338,6 @@ def web_server(**env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         },
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -401,7 +398,7 @@ class OwnRedis:
         self.start()
 
     def start(self) -> None:
-        self.process = subprocess.Popen(
+        self.process = supervision.spawn(
             [
                 str(embedded.valkey_server()),
                 "--port",

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
-from agentplatform import embedded
+from agentplatform import embedded, supervision
 
 # Where nothing listens: what a service that did not come up is reached at, so the
 # service tests are skipped (or, with REQUIRE_SERVICES=1, the run fails) as for a
@@ -45,6 +45,7 @@ def _embedded_services() -> None:
     # account, which must reach its data directories inside (mkdtemp makes it 0700).
     session.chmod(0o711)
     root = session / "services"
+    supervision.die_with_make()
     for orphan in embedded.orphans_stop(
         Path(tempfile.gettempdir()).glob("agentplatform-test-*/services")
     ):
@@ -55,6 +56,8 @@ def _embedded_services() -> None:
         os.environ["EMBEDDED_SERVICES_ERROR"] = str(exc)[:2000]
         return
     atexit.register(_embedded_services_remove, root)
+    # A killed run (a CI time limit, Ctrl-C twice) stops them too: its watchdog does.
+    supervision.Watchdog(supervision.PidFile(session, "pytest"), embedded_root=root)
     # Whichever of the two is not configured.
     os.environ.setdefault("DATABASE_URL", endpoints.database_url)
     os.environ.setdefault("REDIS_URL", endpoints.redis_url)

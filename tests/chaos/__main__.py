@@ -3,6 +3,12 @@ against a platform started for the purpose and print the table.
 
 Exit status 0 when no invariant was violated, 1 otherwise. ``--json PATH`` writes the
 results for tools; ``--keep`` leaves the logs and data directory behind.
+
+The run has a time budget (``--budget``, 15 minutes, 5 with ``--light``): a scenario
+gets what is left of it, at most half of it, and one that runs over is stopped with a
+``FAIL`` line naming it. Stopped by its budget, by SIGTERM, SIGINT or SIGHUP, the runner
+tears its stack down before it exits; killed outright, its children stop on their
+parent-death signal and its watchdog stops the rest (agentplatform.supervision).
 """
 
 from __future__ import annotations
@@ -11,10 +17,14 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 
+from agentplatform import supervision
 from tests.chaos.scenarios import (
     FULL,
     LIGHT,
@@ -25,6 +35,39 @@ from tests.chaos.scenarios import (
     Result,
 )
 from tests.chaos.stack import FOREIGN, Stack
+
+# Kept back from the budget for the teardown and the table: 30 s, a tenth of short ones.
+TEARDOWN_SECONDS = 30
+BUDGET_SECONDS = {"full": 15 * 60, "light": 5 * 60}
+
+
+class Overrun(Exception):
+    """A scenario ran past its share of the budget."""
+
+
+class Stopped(Exception):
+    """The runner was asked to stop (SIGTERM, SIGINT, SIGHUP)."""
+
+
+def _stop_requested(signum: int, frame: object) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
+@contextmanager
+def budget(name: str, seconds: float) -> Iterator[None]:
+    """Raise ``Overrun`` in the main thread when the block runs past ``seconds``."""
+
+    def overrun(signum: int, frame: object) -> None:
+        raise Overrun(f"{name} ran over its budget of {seconds:.0f} s")
+
+    previous = signal.signal(signal.SIGALRM, overrun)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.01))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
 
 COLUMNS = ("scenario", "runs", "faults", "lost", "duplicated", "stuck", "max recovery", "time")
 
@@ -71,17 +114,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--keep", action="store_true", help="keep logs and data")
     parser.add_argument("--burst", type=int, help="submissions in the burst scenario")
+    parser.add_argument("--budget", type=float, help="seconds for the whole run")
     args = parser.parse_args(argv)
     profile = LIGHT if args.light else FULL
     if args.burst:
         profile = replace(profile, burst=max(args.burst, profile.burst_run))
     names = args.scenario or (LIGHT_SCENARIOS if args.light else list(SCENARIOS))
 
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _stop_requested)
+    supervision.die_with_make()
     stack = Stack(keep=args.keep)
     results: list[Result] = []
     started = time.monotonic()
+    total = args.budget or BUDGET_SECONDS[profile.name]
+    deadline = started + total - min(TEARDOWN_SECONDS, total / 10)
+    failure = ""
     try:
-        stack.start()
+        with budget("the platform's start", deadline - time.monotonic()):
+            stack.start()
         for key in FOREIGN:
             os.environ.pop(key, None)
         os.environ.update(stack.env)
@@ -96,21 +147,16 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         harness = Harness(stack, profile, args.seed)
-        waiting: list[Result] = []
-        for name in names:
-            if name not in SHARES_WINDOW:
-                harness.settle()
-                report(waiting)
-            result = SCENARIOS[name](harness)
-            results.append(result)
-            waiting.append(result)
-            if not harness.open_windows:
-                report(waiting)
-        harness.settle()
-        report(waiting)
+        run_scenarios(harness, names, results, deadline=deadline, share=total / 2)
+    except (Overrun, Stopped) as exc:
+        failure = f"FAIL {exc}" if isinstance(exc, Overrun) else f"stopped by {exc}"
+        print(failure, flush=True)
     finally:
         # Keep the logs of a failing run for whoever reads the violations.
-        stack.keep = stack.keep or not all(r.ok for r in results)
+        stack.keep = stack.keep or bool(failure) or not all(r.ok for r in results)
+        # The teardown runs to its end: a second Ctrl-C must not leave half a stack.
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
         stack.stop()
     print()
     print(table(results))
@@ -123,11 +169,38 @@ def main(argv: list[str] | None = None) -> int:
         if len(result.violations) > 20:
             print(f"{result.scenario}: … {len(result.violations) - 20} more violations")
     print(f"\ntotal {time.monotonic() - started:.0f}s, seed {args.seed}")
+    if failure:
+        print(failure)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump([asdict(r) for r in results], handle, indent=2)
-    return 0 if all(r.ok for r in results) else 1
+    return 0 if all(r.ok for r in results) and not failure else 1
+
+
+def run_scenarios(
+    harness: Harness, names: list[str], results: list[Result], *, deadline: float, share: float
+) -> None:
+    """Each scenario (with the verdicts of those before it that waited for it) within
+    what is left of the budget, at most ``share`` seconds."""
+    waiting: list[Result] = []
+    for name in names:
+        with budget(f"scenario {name}", min(share, deadline - time.monotonic())):
+            if name not in SHARES_WINDOW:
+                harness.settle()
+                report(waiting)
+            result = SCENARIOS[name](harness)
+        results.append(result)
+        waiting.append(result)
+        if not harness.open_windows:
+            report(waiting)
+    with budget(f"the verdict of scenario {names[-1]}", deadline - time.monotonic()):
+        harness.settle()
+    report(waiting)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    # Threads of a stopped scenario may still be sending to the stopped stack; they
+    # must not hold the exit.
+    os._exit(code)

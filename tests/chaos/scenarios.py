@@ -425,6 +425,7 @@ class Harness:
             env=self.stack.env,
             cwd=beat.cwd,
             log_dir=self.stack.log_dir,
+            pid_file=self.stack.pid_file,
         )
         beats = [beat, second]
         before = [beat_starts(b) for b in beats]

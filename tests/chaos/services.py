@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from agentplatform import embedded
+from agentplatform import embedded, supervision
 
 # The embedded default's server binaries (no system PostgreSQL or Redis needed).
 PG_BIN = Path(os.environ.get("CHAOS_PG_BIN") or embedded.postgres_bin())
@@ -51,7 +51,8 @@ def wait_port(port: int, timeout: float = 30, *, up: bool = True) -> None:
 class PostgresCluster:
     """A throwaway PostgreSQL cluster (trust auth, fsync off) in ``root``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, pid_file: supervision.PidFile | None = None) -> None:
+        self.pid_file = pid_file
         self.root = root / "postgres"
         self.root.mkdir()
         self.data = self.root / "data"
@@ -103,6 +104,11 @@ class PostgresCluster:
             "-c track_commit_timestamp=on"
         )
         self._ctl("-o", options, "-l", str(self.log), "-w", "-t", "60", "start")
+        if self.pid_file is not None:
+            # pg_ctl leaves the server detached: only the watchdog can stop it if the
+            # harness is killed (SIGQUIT: immediate shutdown, the backends with it).
+            postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+            self.pid_file.add("postgres", postmaster, group=False, signum=signal.SIGQUIT)
 
     def stop(self, mode: str = "fast") -> None:
         self._ctl("-m", mode, "-w", "-t", "60", "stop")
@@ -122,8 +128,9 @@ class PostgresCluster:
 class RedisServer:
     """A Redis with no persistence: a restart loses every queued message."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, pid_file: supervision.PidFile | None = None) -> None:
         self.root = root
+        self.pid_file = pid_file
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.start()
@@ -134,7 +141,7 @@ class RedisServer:
 
     def start(self) -> None:
         log = open(self.root / "redis.log", "ab")  # noqa: SIM115 - owned by the child
-        self.process = subprocess.Popen(
+        self.process = supervision.spawn(
             [
                 REDIS_SERVER,
                 "--port",
@@ -150,9 +157,11 @@ class RedisServer:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
+            death_signal=signal.SIGKILL,
         )
         log.close()
+        if self.pid_file is not None:
+            self.pid_file.add("redis", self.process.pid, signum=signal.SIGKILL)
         wait_port(self.port)
 
     def kill(self) -> None:
@@ -170,9 +179,17 @@ class Child:
     counted (the invariant: no process exits unless killed) and the child is restarted."""
 
     def __init__(
-        self, name: str, argv: Sequence[str], *, env: dict[str, str], cwd: Path, log_dir: Path
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str],
+        cwd: Path,
+        log_dir: Path,
+        pid_file: supervision.PidFile | None = None,
     ) -> None:
         self.name = name
+        self.pid_file = pid_file
         self.argv = list(argv)
         self.env = env
         self.cwd = cwd
@@ -183,15 +200,13 @@ class Child:
 
     def start(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
-        self.process = subprocess.Popen(
-            self.argv,
-            cwd=self.cwd,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        # Its own group, and SIGTERM from the kernel should the harness die.
+        self.process = supervision.spawn(
+            self.argv, cwd=self.cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT
         )
         log.close()
+        if self.pid_file is not None:
+            self.pid_file.add(self.name, self.process.pid)
 
     @property
     def pid(self) -> int:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentplatform import supervision
 from tests.chaos.fakegithub import FakeGitHub
 from tests.chaos.modelserver import PROFILE, ScriptedModelServer
 from tests.chaos.services import Child, PostgresCluster, RedisServer, free_port, remove_tree
@@ -68,13 +69,21 @@ class Stack:
         self.children: dict[str, Child] = {}
         self.extra_beats: list[Child] = []
         self.env: dict[str, str] = {}
+        # What it starts, for its watchdog and for the next run's sweep should it be killed.
+        self.run_dir = ROOT / "var" / "run"
+        self.pid_file: supervision.PidFile | None = None
+        self.watchdog: supervision.Watchdog | None = None
 
     # --- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
-        self.postgres = PostgresCluster(self.root)
+        if swept := supervision.sweep(self.run_dir):
+            print(f"stopped {swept} processes left by an earlier chaos run", flush=True)
+        self.pid_file = supervision.PidFile(self.run_dir, "chaos")
+        self.watchdog = supervision.Watchdog(self.pid_file)
+        self.postgres = PostgresCluster(self.root, self.pid_file)
         self.postgres.create_database("chaos")
-        self.redis = RedisServer(self.root)
+        self.redis = RedisServer(self.root, self.pid_file)
         base = {k: v for k, v in os.environ.items() if k not in FOREIGN}
         model_options = {"profile": PROFILE}
         self.env = {
@@ -160,7 +169,9 @@ class Stack:
         ]
 
     def _add(self, name: str, argv: list[str]) -> Child:
-        child = Child(name, argv, env=self.env, cwd=ROOT, log_dir=self.log_dir)
+        child = Child(
+            name, argv, env=self.env, cwd=ROOT, log_dir=self.log_dir, pid_file=self.pid_file
+        )
         self.children[name] = child
         return child
 
@@ -235,6 +246,10 @@ class Stack:
                 service.destroy()
         self.github.close()
         self.model.close()
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        if self.pid_file is not None:
+            self.pid_file.remove()
         if not self.keep:
             remove_tree(self.root)
 

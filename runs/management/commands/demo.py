@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from agentplatform import embedded
+from agentplatform import embedded, supervision
 from runs import demo
 from runs.management.process_groups import process_groups_stop
 from runs.models import PullRequest, Repository, Run, RunEvent, Workspace
@@ -66,7 +66,8 @@ def start_children(log_dir: Path, *, concurrency: int = 2) -> list[subprocess.Po
     for name, argv in commands.items():
         log = open(log_dir / f"demo-{name}.log", "wb")  # noqa: SIM115 - owned by the child
         children.append(
-            subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            # Its own group, and SIGTERM from the kernel should the demo be killed.
+            supervision.spawn(argv, stdout=log, stderr=subprocess.STDOUT)
         )
     return children
 
@@ -105,12 +106,27 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=int, default=150)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        with embedded.held(settings.EMBEDDED_SERVICES_IN_USE):
-            try:
-                self.demo(options)
-            finally:
-                # Its connection ends before the server it is on stops.
-                connections.close_all()
+        supervision.die_with_make()
+        run_dir = Path(settings.VAR_DIR) / "run"
+        supervision.sweep(run_dir)
+        pid_file = supervision.PidFile(run_dir, "demo")
+        watchdog = None
+        try:
+            with embedded.held(settings.EMBEDDED_SERVICES_IN_USE) as stops:
+                # Killed, the demo's servers stop with it (its children on their
+                # parent-death signal).
+                watchdog = supervision.Watchdog(
+                    pid_file, embedded_root=settings.EMBEDDED_SERVICES_IN_USE if stops else None
+                )
+                try:
+                    self.demo(options)
+                finally:
+                    # Its connection ends before the server it is on stops.
+                    connections.close_all()
+        finally:
+            if watchdog is not None:
+                watchdog.stop()
+            pid_file.remove()
 
     def demo(self, options: dict[str, Any]) -> None:
         console = Console()

@@ -1,7 +1,10 @@
 """``make serve``: web (uvicorn, ASGI), a Celery worker and beat, in the foreground.
 
 Ctrl-C (or SIGTERM) stops all three cleanly, and then the embedded PostgreSQL and Valkey
-when no other ``serve`` or ``demo`` of the checkout holds them. For local use; in
+when no other ``serve`` or ``demo`` of the checkout holds them. Killed (even by SIGKILL),
+its children stop on their parent-death signal and its watchdog stops what remains,
+the embedded servers included; what a killed serve left is swept at the next start
+(agentplatform.supervision). For local use; in
 production run each process under your supervisor of choice (see the README).
 """
 
@@ -18,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from agentplatform import embedded
+from agentplatform import embedded, supervision
 from runs.management.process_groups import process_groups_stop
 
 
@@ -31,12 +34,26 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=2)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        with embedded.held(settings.EMBEDDED_SERVICES_IN_USE) as stops:
-            self.run_children(options)
-            if stops:
-                self.stdout.write("stopping the embedded PostgreSQL and Valkey")
+        supervision.die_with_make()
+        run_dir = Path(settings.VAR_DIR) / "run"
+        if swept := supervision.sweep(run_dir):
+            self.stderr.write(f"stopped {swept} processes left by an earlier serve")
+        pid_file = supervision.PidFile(run_dir, "serve")
+        watchdog = None
+        try:
+            with embedded.held(settings.EMBEDDED_SERVICES_IN_USE) as stops:
+                watchdog = supervision.Watchdog(
+                    pid_file, embedded_root=settings.EMBEDDED_SERVICES_IN_USE if stops else None
+                )
+                self.run_children(options, pid_file)
+                if stops:
+                    self.stdout.write("stopping the embedded PostgreSQL and Valkey")
+        finally:
+            if watchdog is not None:
+                watchdog.stop()
+            pid_file.remove()
 
-    def run_children(self, options: dict[str, Any]) -> None:
+    def run_children(self, options: dict[str, Any], pid_file: supervision.PidFile) -> None:
         celery = [sys.executable, "-m", "celery", "-A", "agentplatform"]
         commands = {
             "web": [
@@ -76,10 +93,10 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
         for name, argv in commands.items():
-            # Own process groups: Ctrl-C reaches us once, and we stop each child in order.
-            children[name] = subprocess.Popen(
-                argv, cwd=Path(settings.BASE_DIR), start_new_session=True
-            )
+            # Own process groups: Ctrl-C reaches us once, and we stop each child in order;
+            # SIGTERM from the kernel if we die without stopping them.
+            children[name] = supervision.spawn(argv, cwd=Path(settings.BASE_DIR))
+            pid_file.add(name, children[name].pid)
         self.stdout.write(
             f"agentplatform on http://{options['host']}:{options['port']}/ "
             f"(admin /admin/, API /api/, docs /api/docs/) — Ctrl-C to stop"
