@@ -16,13 +16,16 @@ class RunsConfig(AppConfig):
         from runs.dead_letters import dead_letter_announce
         from runs.engine import AFTER_TERMINAL
         from runs.services import run_after_terminal
+        from runs.waiting import INPUT_NOTIFY, input_notify_send
 
         pgtime.register()
         dead_letter_listener_register(dead_letter_announce)
         work_kind_register(WorkKind(name=AFTER_TERMINAL, handler=run_after_terminal))
+        work_kind_register(WorkKind(name=INPUT_NOTIFY, handler=input_notify_send))
         for schedule in (
             Schedule("zombie reaper", "runs.zombies_reap", 10),
             Schedule("approval expiry", "runs.approvals_expire", 30),
+            Schedule("input expiry", "runs.inputs_expire", 30),
             Schedule("deferred task re-admission", "runs.tasks_readmit", 15),
             Schedule("sandbox orphan sweep", "runs.sandboxes_sweep", 300),
         ):

@@ -6,7 +6,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerView
 
 from agentplatform.api import stream
-from agentplatform.api.views import identities, operations, root, runs, tasks, workspaces
+from agentplatform.api.views import identities, inputs, operations, root, runs, tasks, workspaces
 from agentplatform.api.views.schema import SchemaApi
 
 urlpatterns = [
@@ -25,6 +25,7 @@ urlpatterns = [
     path("runs/<uuid:pk>/cancel/", runs.RunCancelApi.as_view(), name="api-run-cancel"),
     path("runs/<uuid:pk>/approve/", runs.RunApproveApi.as_view(), name="api-run-approve"),
     path("runs/<uuid:pk>/reject/", runs.RunRejectApi.as_view(), name="api-run-reject"),
+    path("runs/<uuid:pk>/input/", inputs.RunInputApi.as_view(), name="api-run-input"),
     path("runs/<uuid:pk>/retry/", runs.RunRetryApi.as_view(), name="api-run-retry"),
     path("runs/<uuid:pk>/stream", stream.run_stream, name="api-run-stream"),
     path("workspaces/", workspaces.WorkspaceCollectionApi.as_view(), name="api-workspaces"),
