@@ -97,7 +97,10 @@ def test_a_signed_comment_answers_the_question_once_and_the_run_resumes(
                 return current if current.status in TERMINAL else None
 
             finished = wait_for(ended, timeout=120, message="the run to end")
-            assert finished.status == "completed", (finished.failure_reason, finished.failure_detail)
+            assert finished.status == "completed", (
+                finished.failure_reason,
+                finished.failure_detail,
+            )
             question = InputRequest.objects.get(run=run)
             assert (question.status, question.answered_by, question.answered_via) == (
                 "answered",
