@@ -20,7 +20,7 @@ from django.utils import timezone
 from runs.agent.artifacts import artifact_create, redact
 from runs.agent.asking import ASKED, answer_text
 from runs.engine import Outcome, StepContext
-from runs.models import InputRequest, Run
+from runs.models import Artifact, InputRequest, Run
 from runs.waiting import input_notify_enqueue
 
 S = Run.Status
@@ -135,7 +135,10 @@ def _plan_decided(ctx: StepContext, request: InputRequest) -> Outcome:
     plan = request.question
     if request.decision == InputRequest.Decision.EDIT:
         plan = request.answer
-        artifact = artifact_create(run=ctx.run, kind="plan", name="plan (edited)", content=plan)
+        # Once, even if this step runs again after a crash.
+        artifact = Artifact.objects.filter(
+            run=ctx.run, kind="plan", name="plan (edited)"
+        ).first() or artifact_create(run=ctx.run, kind="plan", name="plan (edited)", content=plan)
         ctx.emit(
             "agent.plan.created",
             {
