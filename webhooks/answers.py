@@ -51,9 +51,11 @@ def comment_answer(
         word, *rest = answer.split(None, 1)
         decision, answer = word.lower(), (rest[0].strip() if rest else "")
     is_plan = request.kind == InputRequest.Kind.PLAN
-    if (verb == "plan" or is_plan) and (
+    malformed = (verb == "plan" or is_plan) and (
         not is_plan or decision not in InputRequest.Decision.values
-    ):
+    )
+    # An answered question is refused as answered, whatever the comment says.
+    if malformed and request.status == InputRequest.Status.PENDING:
         return comment_refused(
             reply, verb, "invalid_answer", "use /agent plan accept|reject|edit on a plan"
         )
