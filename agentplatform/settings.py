@@ -342,6 +342,9 @@ PLATFORM_GIT_ROOT = Path(_env_value("PLATFORM_GIT_ROOT", str, str(VAR_DIR / "pla
 COMMAND_TIMEOUT_SECONDS = _env_value("COMMAND_TIMEOUT_SECONDS", int, 300)
 COMMAND_OUTPUT_LIMIT_BYTES = _env_value("COMMAND_OUTPUT_LIMIT_BYTES", int, 256 * 1024)
 APPROVAL_TTL_SECONDS = _env_value("APPROVAL_TTL_SECONDS", int, 7 * 24 * 3600)
+# A question the agent asked (or a plan under review) unanswered this long ends the run
+# timed_out (runs.waiting.inputs_expire).
+INPUT_TTL_SECONDS = _env_value("INPUT_TTL_SECONDS", int, 7 * 24 * 3600)
 # A patch that edits or deletes tests, or removes assertions, waits for a human even in
 # autonomous mode (judge finding tests_modified).
 TESTS_MODIFIED_REQUIRES_APPROVAL = _env_value("TESTS_MODIFIED_REQUIRES_APPROVAL", bool, True)

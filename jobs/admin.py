@@ -114,7 +114,9 @@ STATUS_TONES: dict[str, str] = {
     **dict.fromkeys(("completed", "processed", "published", "delivered", "sent"), "ok"),
     **dict.fromkeys(("failed", "timed_out", "rejected", "open", "dead"), "bad"),
     **dict.fromkeys(("cancelled", "discarded", "ignored", "resolved", "requeued"), "muted"),
-    **dict.fromkeys(("awaiting_approval", "deferred", "pending", "waiting"), "wait"),
+    **dict.fromkeys(
+        ("awaiting_approval", "awaiting_input", "deferred", "pending", "waiting"), "wait"
+    ),
 }
 
 

@@ -362,6 +362,24 @@ CATALOG: list[EventType] = [
     ),
     _e("agent.approval.expired", "Nobody decided in time.", optional={"expired_at": STR}),
     _e(
+        "agent.run.input.requested",
+        "The run waits for a person: a question the agent asked, or its plan for review.",
+        required={"question_id": STR, "kind": STR, "question": STR},
+        optional={"choices": STR_LIST, "expires_at": STR},
+    ),
+    _e(
+        "agent.run.input.received",
+        "A person answered the run's question (or accepted, edited or rejected its plan).",
+        required={"question_id": STR, "by": STR, "answer": STR},
+        optional={"kind": STR, "via": STR, "decision": STR},
+    ),
+    _e(
+        "agent.run.input.expired",
+        "Nobody answered the run's question in time; the run ends timed_out.",
+        required={"question_id": STR},
+        optional={"expired_at": STR},
+    ),
+    _e(
         "agent.pr.creation.requested",
         "The run started opening its pull request.",
         required={"branch": STR},

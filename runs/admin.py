@@ -53,8 +53,9 @@ from runs.models import (
 )
 from runs.replay import admin as replay_admin  # noqa: F401  (registers its page)
 from runs.replay.reproduce import replay_request
-from runs.state import ACTIVE, TERMINAL
+from runs.state import ACTIVE, TERMINAL, WAITING
 from runs.timeline import event_record
+from runs.waiting import input_answer, input_pending
 
 OPERATOR_ACTION_EVENT = "agent.run.operator_action"
 TIMELINE_LIMIT = 2000
@@ -72,6 +73,7 @@ PHASE_OF_STATUS: dict[str, str] = {
     S.VERIFYING: "verification",
     S.JUDGING: "judging",
     S.AWAITING_APPROVAL: "approval",
+    S.AWAITING_INPUT: "input",
     S.CREATING_PR: "PR",
     S.COMPLETED: "outcome",
     S.FAILED: "outcome",
@@ -215,6 +217,7 @@ class TaskSubmitForm(forms.ModelForm):
             "risk_level",
             "target_branch",
             "priority",
+            "plan_review",
         )
 
     def clean_priority(self) -> int:
@@ -298,6 +301,7 @@ class TaskAdmin(OperatorAdmin):
             target_branch=form.cleaned_data["target_branch"] or "",
             priority=form.cleaned_data["priority"],
             budget=form.budget(),
+            plan_review=form.cleaned_data.get("plan_review"),
         )
         # The admin logs and redirects to ``obj``: make it the task the service created.
         obj.pk = submission.task.pk
@@ -349,6 +353,7 @@ class StuckFilter(admin.SimpleListFilter):
             ("stuck", "stuck (lease expired)"),
             ("stalled", "stalled (no lease, no progress)"),
             ("leased", "held by a worker"),
+            ("waiting", "waiting for a person (oldest first)"),
         ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
@@ -359,7 +364,10 @@ class StuckFilter(admin.SimpleListFilter):
             cutoff = now - timedelta(seconds=settings.RUN_STALL_SECONDS)
             return queryset.filter(
                 status__in=ACTIVE, lease_until__isnull=True, status_changed_at__lt=cutoff
-            ).exclude(status=S.AWAITING_APPROVAL)
+            ).exclude(status__in=WAITING)
+        if self.value() == "waiting":
+            # Ordered oldest first by RunAdmin.get_ordering.
+            return queryset.filter(status__in=WAITING)
         if self.value() == "leased":
             return queryset.filter(status__in=ACTIVE, lease_until__gte=now)
         return queryset
@@ -483,6 +491,12 @@ class RunAdmin(OperatorAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def get_ordering(self, request: HttpRequest) -> Any:
+        if request.GET.get(StuckFilter.parameter_name) == "waiting":
+            # Who has waited longest for a person comes first.
+            return ("status_changed_at", "id")
+        return super().get_ordering(request)
 
     @admin.display(description="run", ordering="created_at")
     def short_id(self, obj: Run) -> str:
@@ -640,6 +654,34 @@ class RunAdmin(OperatorAdmin):
             command=command,
         )
 
+    def answer_runs(self, request: HttpRequest, queryset: QuerySet) -> None:
+        """The run page's reply box: an answer to the question it showed."""
+        question_id = request.POST.get("question_id") or ""
+        answer = request.POST.get("answer", "")
+        decision = request.POST.get("decision", "")
+
+        def command(run: Run, by: str) -> tuple[bool, str]:
+            if not _is_uuid(question_id):
+                return False, "no question named"
+            input_answer(
+                run=run,
+                question_id=question_id,
+                answer=answer,
+                decision=decision,
+                by=by,
+                user=request.user,
+                via="console",
+            )
+            return True, ""
+
+        self._run_act(
+            request,
+            queryset.select_related("task"),
+            verb="Answer",
+            action="answer",
+            command=command,
+        )
+
     # --- the run page ----------------------------------------------------------------------
 
     def get_urls(self) -> list[Any]:
@@ -660,6 +702,7 @@ class RunAdmin(OperatorAdmin):
         "retry": "retry_runs",
         "approve": "approve_runs",
         "reject": "reject_runs",
+        "answer": "answer_runs",
     }
 
     def artifact_view(self, request: HttpRequest, object_id: Any, artifact_id: Any) -> HttpResponse:
@@ -926,6 +969,8 @@ def run_console(run: Run) -> dict[str, Any]:
         "totals": {"tokens_in": run.tokens_in, "tokens_out": run.tokens_out, "cost": run.cost_usd},
         "is_active": run.status in ACTIVE,
         "awaiting_approval": run.status == S.AWAITING_APPROVAL,
+        "input_requests": list(run.input_requests.order_by("requested_at")),
+        "pending_input": input_pending(run),
         "lease_expired": bool(
             run.lease_until and run.lease_until < timezone.now() and run.status in ACTIVE
         ),

@@ -17,6 +17,7 @@ class RunsConfig(AppConfig):
         from runs.engine import AFTER_TERMINAL
         from runs.replay.reproduce import REPLAY_WORK, replay_work
         from runs.services import run_after_terminal
+        from runs.waiting import INPUT_NOTIFY, input_notify_send
 
         pgtime.register()
         dead_letter_listener_register(dead_letter_announce)
@@ -24,9 +25,11 @@ class RunsConfig(AppConfig):
         work_kind_register(
             WorkKind(name=REPLAY_WORK, handler=replay_work, queue="verify", max_attempts=3)
         )
+        work_kind_register(WorkKind(name=INPUT_NOTIFY, handler=input_notify_send))
         for schedule in (
             Schedule("zombie reaper", "runs.zombies_reap", 10),
             Schedule("approval expiry", "runs.approvals_expire", 30),
+            Schedule("input expiry", "runs.inputs_expire", 30),
             Schedule("deferred task re-admission", "runs.tasks_readmit", 15),
             Schedule("sandbox orphan sweep", "runs.sandboxes_sweep", 300),
         ):

@@ -41,7 +41,7 @@ from jobs import redis_round
 from jobs.db_rows import cursor_prepared, execute_together, instance_from_row, update_sql
 from runs import dispatch
 from runs.logs import log
-from runs.models import Approval, PullRequest, Repository, Run, Task, Workspace
+from runs.models import Approval, InputRequest, PullRequest, Repository, Run, Task, Workspace
 from runs.state import ACTIVE, STEPPABLE, TERMINAL, transition_check
 from runs.timeline import PendingEvent, events_insert_sql, events_record, events_recorded
 
@@ -237,7 +237,8 @@ def _loaded_select() -> str:
     )
     return (
         f"SELECT {columns}, EXISTS (SELECT 1 FROM {quote(Approval._meta.db_table)} a "  # noqa: S608 - names are ours
-        "WHERE a.run_id = leased.id) FROM leased "
+        "WHERE a.run_id = leased.id) OR EXISTS (SELECT 1 FROM "
+        f"{quote(InputRequest._meta.db_table)} i WHERE i.run_id = leased.id) FROM leased "
         f"JOIN {quote(Task._meta.db_table)} t ON t.id = leased.task_id "
         f"JOIN {quote(Repository._meta.db_table)} r ON r.id = t.repository_id "
         f"JOIN {quote(Workspace._meta.db_table)} w ON w.id = t.workspace_id"
@@ -265,8 +266,8 @@ def _loaded_instances(row: tuple[Any, ...]) -> Run:
         instances.append(instance_from_row(model, row[offset : offset + width]))
         offset += width
     run, task, repository, workspace = instances
-    # The budget's wall clock leaves out time spent waiting for approvals: a run that
-    # never asked for one (most) needs no query for them (runs.agent.budget).
+    # The budget's wall clock leaves out time spent waiting for approvals and answers: a
+    # run that never waited for a person (most) needs no query for them (runs.agent.budget).
     run.approvals_none = not row[offset]
     Task.repository.field.set_cached_value(task, repository)
     Task.workspace.field.set_cached_value(task, workspace)
@@ -1042,7 +1043,9 @@ def _task_status_followed(*, source: str, target: str | None) -> str | None:
         return None
     if target == S.AWAITING_APPROVAL:
         return str(Task.Status.AWAITING_APPROVAL)
-    if source == S.AWAITING_APPROVAL or source == S.QUEUED:
+    if target == S.AWAITING_INPUT:
+        return str(Task.Status.AWAITING_INPUT)
+    if source in (S.AWAITING_APPROVAL, S.AWAITING_INPUT, S.QUEUED):
         return str(Task.Status.RUNNING)
     return None
 

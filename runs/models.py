@@ -211,6 +211,8 @@ class Repository(models.Model):
     local_pr_seq = models.PositiveIntegerField(default=0, editable=False)
     # A name from settings.MODEL_PROFILES; blank uses the workspace's.
     model_profile = models.CharField(max_length=100, blank=True)
+    # Pause after planning until a person accepts, edits or rejects the plan.
+    plan_review = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -257,6 +259,7 @@ class Task(models.Model):
         DEFERRED = "deferred"
         RUNNING = "running"
         AWAITING_APPROVAL = "awaiting_approval"
+        AWAITING_INPUT = "awaiting_input"
         COMPLETED = "completed"
         FAILED = "failed"
         CANCELLED = "cancelled"
@@ -279,6 +282,8 @@ class Task(models.Model):
     # Where the task came from outside (issue URL, comment id...), for notifications.
     source_ref = models.JSONField(default=dict, blank=True)
     priority = models.SmallIntegerField(default=0)
+    # Plan review for this task: None follows the repository's ``plan_review``.
+    plan_review = models.BooleanField(null=True, blank=True, default=None)
     budget = models.JSONField(default=dict, blank=True)
     # The agent's script for the scripted model, or other per-task model options.
     model_options = models.JSONField(default=dict, blank=True)
@@ -344,6 +349,7 @@ class Run(models.Model):
         VERIFYING = "verifying"
         JUDGING = "judging"
         AWAITING_APPROVAL = "awaiting_approval"
+        AWAITING_INPUT = "awaiting_input"
         CREATING_PR = "creating_pr"
         COMPLETED = "completed"
         FAILED = "failed"
@@ -800,6 +806,9 @@ class PullRequest(models.Model):
 
 
 # The recorded history's own rows (runs.replay), part of this app.
+# Declared in its own module (it names Run by string, so that module imports nothing
+# from this one); imported here so Django registers it with the app's models.
+from runs.input_models import InputRequest  # noqa: E402
 from runs.replay.records import RunFoldSnapshot, RunImport, RunReplay  # noqa: E402
 
-__all__ = ["RunFoldSnapshot", "RunImport", "RunReplay"]
+__all__ = ["InputRequest", "RunFoldSnapshot", "RunImport", "RunReplay"]

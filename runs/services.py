@@ -347,6 +347,7 @@ def task_submit(
     budget: dict[str, Any] | None = None,
     model_options: dict[str, Any] | None = None,
     source_ref: dict[str, Any] | None = None,
+    plan_review: bool | None = None,
 ) -> Submission:
     """Record a task and, if admitted, its first run; all in one transaction.
 
@@ -383,6 +384,7 @@ def task_submit(
             "priority": priority,
             "budget": budget or {},
             "model_options": model_options or {},
+            **({} if plan_review is None else {"plan_review": plan_review}),
         }
     )
     fields = {
@@ -398,6 +400,7 @@ def task_submit(
         "budget": budget,
         "model_options": model_options,
         "source_ref": source_ref,
+        "plan_review": plan_review,
     }
     # Each way of admitting that cannot decide hands over to the next, stricter one: at
     # once (one round trip), in a lane, then alone under the exclusive lock.
@@ -528,6 +531,7 @@ def _submission_new(
     budget: dict[str, Any] | None,
     model_options: dict[str, Any] | None,
     source_ref: dict[str, Any] | None,
+    plan_review: bool | None = None,
 ) -> tuple[Task, Run | None, list[PendingEvent]]:
     """The new task, with the status admission decided (no second write to it), its first
     run unless deferred, and the events of both; nothing written yet."""
@@ -549,6 +553,7 @@ def _submission_new(
         budget=budget or {},
         model_options=model_options or {},
         source_ref=source_ref or {},
+        plan_review=plan_review,
     )
     submitted = {
         "repository": repository.name,

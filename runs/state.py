@@ -8,16 +8,19 @@ S = Run.Status
 
 TERMINAL: frozenset[str] = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED, S.TIMED_OUT})
 ACTIVE: frozenset[str] = frozenset(set(S.values) - TERMINAL)
-# States in which a step is due (a worker should be advancing the run). A run awaiting
-# approval waits for a person, not for a worker.
-STEPPABLE: frozenset[str] = ACTIVE - {S.AWAITING_APPROVAL}
+# States in which the run waits for a person, not for a worker: no lease, no process.
+WAITING: frozenset[str] = frozenset({S.AWAITING_APPROVAL, S.AWAITING_INPUT})
+# States in which a step is due (a worker should be advancing the run).
+STEPPABLE: frozenset[str] = ACTIVE - WAITING
 
 _FORWARD: dict[str, frozenset[str]] = {
     S.QUEUED: frozenset({S.PREPARING}),
     S.PREPARING: frozenset({S.CONTEXT_LOADING}),
     S.CONTEXT_LOADING: frozenset({S.PLANNING}),
-    S.PLANNING: frozenset({S.RUNNING}),
-    S.RUNNING: frozenset({S.VERIFYING}),
+    # A plan under review, or a question the model asked, waits for a person.
+    S.PLANNING: frozenset({S.RUNNING, S.AWAITING_INPUT}),
+    S.RUNNING: frozenset({S.VERIFYING, S.AWAITING_INPUT}),
+    S.AWAITING_INPUT: frozenset({S.RUNNING}),
     # Verification failure goes back to running with feedback, inside the budget.
     S.VERIFYING: frozenset({S.JUDGING, S.RUNNING}),
     S.JUDGING: frozenset({S.AWAITING_APPROVAL, S.CREATING_PR, S.RUNNING}),

@@ -86,6 +86,16 @@ def approvals_expire() -> int:
 
 
 @shared_task(
+    name="runs.inputs_expire", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
+)
+def inputs_expire() -> int:
+    from runs.waiting import inputs_expire as expire
+
+    # Safe to run twice at once: each question is expired under its run's row lock.
+    return expire()
+
+
+@shared_task(
     name="runs.tasks_readmit", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
 )
 def tasks_readmit() -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -16,17 +17,24 @@ from cloudevents.core.formats.json import JSONFormat
 from django.conf import settings
 from django.core.management import call_command
 from django.db import transaction
+from django.utils import timezone
 
 from jobs.consumers import Event, event_consume
 from jobs.contracts import CATALOG
 from jobs.models import OutboxEvent, WorkspaceDailyCost
 from jobs.services import dead_letter_record
 from runs import demo, engine
+from runs.engine import run_drive_inline
 from runs.models import Run, Task
 from runs.services import run_approve, run_cancel_request, task_submit
 from runs.state import TERMINAL
+from runs.waiting import input_answer, inputs_expire
 from tests.conftest import ROOT
 from tests.factories import TaskFactory, UserFactory
+from tests.runs.asking_model import drive as asking_drive
+from tests.runs.asking_model import local_model
+from tests.runs.asking_model import respond as asking_respond
+from tests.test_provider_openai_chat import ChatCompletionsServer
 
 GOLDEN = ROOT / "tests" / "golden" / "events"
 FORMAT = jsonschema.Draft202012Validator.FORMAT_CHECKER
@@ -150,6 +158,45 @@ def test_every_event_the_platform_produces_matches_its_contract(
     } <= produced
     unknown = produced - {entry.type for entry in CATALOG}
     assert not unknown, f"types without a catalog entry: {unknown}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_person_in_the_loop_events_match_their_contracts(
+    workspace, repository, settings, no_wakeups
+):
+    model = {"provider": "openai:local-model"}
+    with ChatCompletionsServer(asking_respond) as server:
+        local_model(settings, server)
+        answered = task_submit(
+            workspace=workspace, repository=repository, instruction="Fix add()", model_options=model
+        ).run
+        assert run_drive_inline(run_id=answered.pk).status == Run.Status.AWAITING_INPUT
+        input_answer(
+            run=answered,
+            question_id=answered.input_requests.get().pk,
+            answer="calc/core.py",
+            by="reviewer",
+            user=UserFactory(username="reviewer", is_superuser=True),
+            via="api",
+        )
+        assert asking_drive(answered).status == Run.Status.COMPLETED
+        expiring = task_submit(
+            workspace=workspace,
+            repository=repository,
+            instruction="Fix add() again",
+            model_options=model,
+            plan_review=True,
+        ).run
+        assert run_drive_inline(run_id=expiring.pk).status == Run.Status.AWAITING_INPUT
+        assert inputs_expire(now=timezone.now() + timedelta(seconds=settings.INPUT_TTL_SECONDS + 1))
+        assert asking_drive(expiring).status == Run.Status.TIMED_OUT
+    payloads = list(OutboxEvent.objects.order_by("id").values_list("payload", flat=True))
+    for payload in payloads:
+        _assert_contract(payload)
+    produced = [p["type"] for p in payloads]
+    assert produced.count("agent.run.input.requested") == 2
+    assert produced.count("agent.run.input.received") == 1
+    assert produced.count("agent.run.input.expired") == 1
 
 
 @pytest.mark.parametrize("path", sorted(GOLDEN.glob("*.json")), ids=lambda p: p.stem)

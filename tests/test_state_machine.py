@@ -25,6 +25,10 @@ DESIGN_EDGES = [
     ("awaiting_approval", "creating_pr"),
     ("awaiting_approval", "failed"),
     ("creating_pr", "completed"),
+    # A person in the loop (docs/design.md §4): a question the model asked, or its plan.
+    ("planning", "awaiting_input"),
+    ("running", "awaiting_input"),
+    ("awaiting_input", "running"),
 ]
 
 

@@ -78,7 +78,7 @@ def comment_decide(
         external_user_id=author.external_user_id,
     )
     if user is None:
-        return _refused(
+        return comment_refused(
             reply,
             verb,
             "identity_not_linked",
@@ -100,11 +100,11 @@ def comment_decide(
             seen_at=None if patch_sha256 else author.written_at,
         )
     except CommandRefused as refused:
-        return _refused(reply, verb, refused.code, refused.message)
+        return comment_refused(reply, verb, refused.code, refused.message)
     return True, f"/agent {verb} by {user.get_username()} on run {run.run_no}"
 
 
-def _refused(reply: ReplyTo, verb: str, code: str, message: str) -> tuple[bool, str]:
+def comment_refused(reply: ReplyTo, verb: str, code: str, message: str) -> tuple[bool, str]:
     body = f"`/agent {verb}` was refused ({code}): {message}.\n\n" + REPLY_MARKER.format(
         key=reply.key
     )

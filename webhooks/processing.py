@@ -33,6 +33,7 @@ from runs.services import (
 from runs.state import ACTIVE
 from runs.timeline import event_record
 from webhooks import metrics
+from webhooks.answers import ANSWER_VERBS, comment_answer
 from webhooks.decisions import CommentAuthor, ReplyTo, comment_decide, written_at
 from webhooks.intake import GITHUB, GITLAB, repository_external_id
 from webhooks.logs import log
@@ -200,7 +201,7 @@ def _command_execute(*, delivery: Delivery, target: CommandTarget, args: str) ->
         return Outcome.ignored("comment already acted on")
     verb, _, rest = args.strip().partition(" ")
     verb = verb.lower()
-    if verb in {"approve", "reject", "cancel"}:
+    if verb in {"approve", "reject", "cancel", *ANSWER_VERBS}:
         task = (
             target.pull_request.task
             if target.pull_request
@@ -217,6 +218,17 @@ def _command_execute(*, delivery: Delivery, target: CommandTarget, args: str) ->
         run = task.runs.order_by("-run_no").first()
         if run is None:
             return Outcome.ignored(f"/agent {verb}: task {task.id} has no run")
+        if verb in ANSWER_VERBS:
+            done, reason = comment_answer(
+                run=run,
+                repository=target.repository,
+                provider=delivery.provider,
+                verb=verb,
+                args=rest,
+                author=target.author,
+                reply=target.reply,
+            )
+            return Outcome.done(reason) if done else Outcome.ignored(reason)
         if verb in {"approve", "reject"}:
             done, reason = comment_decide(
                 run=run,

@@ -8,6 +8,7 @@ from drf_spectacular.views import SpectacularRedocView, SpectacularSwaggerView
 from agentplatform.api import stream
 from agentplatform.api.views import (
     identities,
+    inputs,
     operations,
     replay,
     root,
@@ -33,6 +34,7 @@ urlpatterns = [
     path("runs/<uuid:pk>/cancel/", runs.RunCancelApi.as_view(), name="api-run-cancel"),
     path("runs/<uuid:pk>/approve/", runs.RunApproveApi.as_view(), name="api-run-approve"),
     path("runs/<uuid:pk>/reject/", runs.RunRejectApi.as_view(), name="api-run-reject"),
+    path("runs/<uuid:pk>/input/", inputs.RunInputApi.as_view(), name="api-run-input"),
     path("runs/<uuid:pk>/retry/", runs.RunRetryApi.as_view(), name="api-run-retry"),
     path("runs/<uuid:pk>/replay/", replay.RunReplayCreateApi.as_view(), name="api-run-replays"),
     path("runs/<uuid:pk>/fork/", replay.RunForkApi.as_view(), name="api-run-fork"),

@@ -16,7 +16,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from runs.engine import StepContext, StepFailed
-from runs.models import ModelTurn, Patch, Run, Task, ToolCall
+from runs.models import Approval, InputRequest, ModelTurn, Patch, Run, Task, ToolCall
 
 S = Run.Status
 
@@ -42,23 +42,24 @@ class Spent:
 
 
 def run_working_seconds(run: Run, *, now: datetime | None = None) -> float:
-    """Seconds the run has existed minus the time it waited for a person's approval.
+    """Seconds the run has existed minus the time it waited for a person: approvals and
+    answers to its questions (plan reviews included).
 
-    Waiting for approval is not work: an approval may take days, the budget is for the
-    agent's own time.
+    Waiting for a person is not work: it may take days, the budget is for the agent's
+    own time.
     """
-    from runs.models import Approval
-
     now = now or timezone.now()
     started = run.started_at or run.created_at
-    waited = 0.0
-    # Set by the step's lease statement when the run had no approval at the step's start:
-    # only the step's own commit can add one, and that one has not been waited for yet.
+    # Set by the step's lease statement when the run had never waited at the step's
+    # start: only the step's own commit can add a wait, and it has not been waited yet.
     if getattr(run, "approvals_none", False):
         return max(0.0, (now - started).total_seconds())
-    for requested, decided in Approval.objects.filter(run_id=run.pk).values_list(
-        "requested_at", "decided_at"
-    ):
+    waits = [
+        *Approval.objects.filter(run_id=run.pk).values_list("requested_at", "decided_at"),
+        *InputRequest.objects.filter(run_id=run.pk).values_list("requested_at", "answered_at"),
+    ]
+    waited = 0.0
+    for requested, decided in waits:
         begin = max(requested, started)
         end = min(decided or now, now)
         if end > begin:

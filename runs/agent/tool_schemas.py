@@ -139,6 +139,18 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
         ["command"],
     ),
     _tool(
+        "ask_user",
+        "Ask a person a question when the task is ambiguous and guessing could do harm "
+        "(which module owns a new class, which of two behaviours is wanted). The run "
+        "waits for the answer, which comes back as this call's result. Offer choices "
+        "when the answer is one of a few.",
+        {
+            "question": {"type": "string"},
+            "choices": {"type": "array", "items": {"type": "string"}},
+        },
+        ["question"],
+    ),
+    _tool(
         "finish",
         "Stop editing; the patch is ready for verification.",
         {"summary": {"type": "string"}},

@@ -14,6 +14,7 @@ from typing import Any
 
 from runs.agent import safefs
 from runs.agent.artifacts import redact
+from runs.agent.asking import ask_check
 from runs.agent.languages import syntax_error
 from runs.agent.sandbox import Sandbox
 from runs.agent.tool_schemas import (
@@ -515,3 +516,8 @@ class Toolbox:
 
     def _tool_finish(self, summary: str = "") -> ToolResult:
         return ToolResult("completed", summary or "finished", finished=True)
+
+    def _tool_ask_user(self, question: str, choices: list[str] | None = None) -> ToolResult:
+        # The pause itself is the running step's (runs.steps.asking): a tool cannot wait.
+        status, output, offered = ask_check(question, choices)
+        return ToolResult(status, output, {"choices": offered} if offered else {})

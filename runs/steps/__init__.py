@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from runs.engine import Handler
 from runs.steps.approval import step_awaiting_approval
+from runs.steps.asking import step_awaiting_input
 from runs.steps.common import S, _restore, _retry_with_feedback, _sandbox
 from runs.steps.context import (
     CONTEXT_CHAR_BUDGET,
@@ -48,6 +49,7 @@ __all__ = [
     "_toolbox",
     "repository_map",
     "step_awaiting_approval",
+    "step_awaiting_input",
     "step_context_loading",
     "step_creating_pr",
     "step_judging",
@@ -67,5 +69,6 @@ HANDLERS: dict[str, Handler] = {
     S.VERIFYING: step_verifying,
     S.JUDGING: step_judging,
     S.AWAITING_APPROVAL: step_awaiting_approval,
+    S.AWAITING_INPUT: step_awaiting_input,
     S.CREATING_PR: step_creating_pr,
 }

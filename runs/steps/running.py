@@ -10,6 +10,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from runs.agent.artifacts import artifact_create, redact
+from runs.agent.asking import ASK_TOOL, ASKED
 from runs.agent.budget import budget_enforce
 from runs.agent.context import clip
 from runs.agent.loops import STOP_AFTER, loop_nudge, loop_observe
@@ -22,6 +23,7 @@ from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import Patch, Run, ToolCall
 from runs.providers.base import ModelReply
 from runs.steps.acting import act_turn
+from runs.steps.asking import ask_record, input_wait
 from runs.steps.common import S, _restore, test_command_of
 
 TURNS_PER_STEP = 6
@@ -273,6 +275,9 @@ def _turns_run(ctx: StepContext, sandbox: LocalSandbox) -> Outcome:
     finished = bool(progress.get("finished")) if resuming else False
     messages: list[dict[str, Any]] = list(ctx.checkpoint.get("messages", []))
     act_turns = int(ctx.checkpoint.get("act_turns", 0))
+    if ctx.checkpoint.get("input_pending"):
+        # The asking turn was checkpointed before this step's commit was lost.
+        return input_wait(ctx)
     for turn_no in range(first_turn, TURNS_PER_STEP + 1):
         if finished:
             break
@@ -290,6 +295,8 @@ def _turns_run(ctx: StepContext, sandbox: LocalSandbox) -> Outcome:
         )
         with ctx.fenced():
             Run.objects.filter(pk=ctx.run.pk).update(checkpoint=ctx.checkpoint)
+        if ctx.checkpoint.get("input_pending"):
+            return input_wait(ctx)
         if loop == "stop":
             outcome = _autosubmit(ctx, sandbox, by="loop", reason="agent_loop")
             if outcome is None:
@@ -336,6 +343,8 @@ def _turn_tools(
             output, done = _tool_call_run(
                 ctx, toolbox, turn_no=turn_no, call_id=call_id, request=request
             )
+        if request.name == ASK_TOOL and output == ASKED and not cut_off:
+            ask_record(ctx, turn_no=turn_no, call_id=call_id, arguments=request.arguments)
         if done and request.name == "finish":
             ctx.checkpoint["summary"] = str(request.arguments.get("summary") or "")[:2000]
         observed.append((request.name, request.arguments, output))

@@ -45,6 +45,7 @@ class TaskOutputSerializer(serializers.ModelSerializer):
             "source",
             "priority",
             "budget",
+            "plan_review",
             "status",
             "status_reason",
             "usage",
@@ -121,6 +122,13 @@ class TaskCollectionApi(generics.ListAPIView):
         model_options = serializers.DictField(
             default=dict, help_text="Per-task model options (e.g. the scripted transcript)."
         )
+        plan_review = serializers.BooleanField(
+            required=False,
+            allow_null=True,
+            default=None,
+            help_text="Pause after planning until a person accepts, edits or rejects the "
+            "plan (POST /api/runs/<id>/input/); null or absent: the repository's setting.",
+        )
 
     class CreateOutputSerializer(serializers.Serializer):
         task_id = serializers.UUIDField()
@@ -189,6 +197,7 @@ class TaskCollectionApi(generics.ListAPIView):
             priority=data["priority"],
             budget=dict(data.get("budget") or {}),
             model_options=data["model_options"],
+            plan_review=data.get("plan_review"),
         )
         # Already in the output serializer's form (ids, a status, a reason or null): the
         # renderer writes it as that serializer would, without building its fields.

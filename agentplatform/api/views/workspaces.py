@@ -241,6 +241,7 @@ class RepositoryOutputSerializer(serializers.ModelSerializer):
             "forbidden_paths",
             "allowed_commands",
             "max_active_runs",
+            "plan_review",
             "has_webhook_secret",
             "webhook_url",
             "created_at",
@@ -278,6 +279,7 @@ class RepositoryWriteSerializer(StrictModelInput):
             "forbidden_paths",
             "allowed_commands",
             "max_active_runs",
+            "plan_review",
         ]
         extra_kwargs = {"max_active_runs": {"min_value": 1}}
 
