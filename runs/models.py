@@ -805,9 +805,9 @@ class PullRequest(models.Model):
         return f"{self.provider} PR #{self.number} ({self.branch})"
 
 
-# The recorded history's own rows (runs.replay), part of this app.
-# Declared in its own module (it names Run by string, so that module imports nothing
-# from this one); imported here so Django registers it with the app's models.
+# Rows declared in modules of their own (they name Run by string, so those modules import
+# nothing from this one): a person's answers (runs.input_models) and the recorded
+# history's own rows (runs.replay); imported here so Django registers them with the app.
 from runs.input_models import InputRequest  # noqa: E402
 from runs.replay.records import RunFoldSnapshot, RunImport, RunReplay  # noqa: E402
 
