@@ -25,6 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import (
+    DatabaseError,
     DataError,
     InterfaceError,
     OperationalError,
@@ -53,7 +54,9 @@ class LeaseLost(Exception):
 
 
 class RunCancelled(Exception):
-    """Cancellation was requested; the step stops and the run ends cancelled."""
+    """The step was told to stop (``should_stop``): a recorded cancellation request, or a
+    lease it can no longer vouch for. Only the former ends the run (``_stopped_outcome``).
+    """
 
 
 class StepFailed(Exception):
@@ -624,7 +627,10 @@ def _step_once(ctx: StepContext) -> str:
             if heartbeat.lost:
                 raise LeaseLost(f"lease on run {run.id} lost during the step")
     except RunCancelled:
-        outcome = Outcome(to=S.CANCELLED, reason="cancelled", detail=run.cancel_reason)
+        outcome = _stopped_outcome(ctx)
+        if outcome is None:
+            log.warning("step.stopped_lease_uncertain", run_id=run_id, step_no=step_no)
+            return "lease_lost"
     except StepFailed as failure:
         outcome = Outcome(to=failure.status, reason=failure.reason, detail=failure.detail)
     except LeaseLost:
@@ -641,6 +647,32 @@ def _step_once(ctx: StepContext) -> str:
     except LeaseLost:
         log.warning("step.lease_lost_at_commit", run_id=run_id, step_no=step_no)
         return "lease_lost"
+
+
+def _stopped_outcome(ctx: StepContext) -> Outcome | None:
+    """The outcome of a step that stopped on ``should_stop``: cancelled only when the run
+    row records a cancellation request and the lease is still this worker's; otherwise
+    None, and the step writes nothing.
+
+    A failed heartbeat, a lost connection or an exhausted pool leave the lease uncertain:
+    the step stops too, but that is no request of anybody's. The lease then runs out and
+    the reaper hands the run on; a recorded request is seen by the next step.
+    """
+    run, heartbeat = ctx.run, ctx.heartbeat
+    if heartbeat is not None and heartbeat.lost:
+        return None
+    try:
+        requested = Run.objects.filter(pk=run.pk, cancel_requested_at__isnull=False).values_list(
+            "cancel_reason", flat=True
+        )
+        reason = requested.first()
+    except DatabaseError:
+        with contextlib.suppress(Exception):
+            connection.close()
+        return None
+    if reason is None:
+        return None
+    return Outcome(to=S.CANCELLED, reason="cancelled", detail=reason)
 
 
 def step_commit(ctx: StepContext, outcome: Outcome) -> str:
