@@ -1,5 +1,8 @@
 """An infrastructure fault never ends a run: only a recorded cancellation request does.
 
+A PostgreSQL restart (on a server of the test's own) while the runs wait on the model,
+longer than a lease, loses no run and cancels none either.
+
 Several runs are in flight on a real threads worker against a slow local model server
 (Chat Completions over HTTP) whose agent runs a slow test command. The worker logs in as
 a role with a ``CONNECTION LIMIT``. The test fills every slot the role has left and ends
@@ -14,22 +17,29 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from runs.models import Run
 from runs.reaper import zombies_reap
 from runs.services import task_submit
 from runs.state import TERMINAL
 from tests.chaos.modelserver import ScriptedModelServer
+from tests.chaos.services import PostgresCluster, remove_tree
 from tests.chaos.stack import short_fix_script
-from tests.conftest import wait_for
+from tests.conftest import ROOT, wait_for
+from tests.factories import RepositoryFactory, WorkspaceFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow, pytest.mark.services]
 
@@ -185,3 +195,86 @@ def test_a_connection_shortage_cancels_no_run(
     # The shortage was real: the worker was refused for the role's limit.
     assert "too many connections for role" in worker.output()
     connection.close()
+
+
+@pytest.fixture
+def own_database(transactional_db: Any) -> Iterator[PostgresCluster]:
+    """A PostgreSQL of the test's own holding a copy of the test database; this process's
+    connection points at it until the end of the test."""
+    # Outside pytest's directory, which the server's unprivileged account cannot enter.
+    root = Path(tempfile.mkdtemp(prefix="faults-pg-"))
+    cluster = PostgresCluster(root)
+    cluster.create_database("chaos")
+    migrated = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": cluster.url},
+        capture_output=True,
+    )
+    assert migrated.returncode == 0, migrated.stderr.decode()[-2000:]
+    saved = dict(connection.settings_dict)
+    connection.close()
+    connection.settings_dict.update(HOST="127.0.0.1", PORT=cluster.port, NAME="chaos")
+    try:
+        yield cluster
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
+        cluster.destroy()
+        remove_tree(root)
+
+
+def test_a_postgres_restart_during_model_waits_loses_and_cancels_no_run(
+    own_database, start_worker, settings, sample_repo
+):
+    # Created on the test's own server (own_database comes first).
+    workspace = WorkspaceFactory(max_active_runs=RUNS)
+    repository = RepositoryFactory(
+        workspace=workspace, clone_url=str(sample_repo), max_active_runs=RUNS
+    )
+    server = SlowModelServer(short_fix_script())
+    try:
+        settings.MODEL_PROFILES = {**settings.MODEL_PROFILES, PROFILE: server.profile()}
+        start_worker(
+            pool="threads",
+            concurrency=RUNS,
+            env={
+                "DATABASE_URL": own_database.url,
+                "MODEL_PROFILES": json.dumps({PROFILE: server.profile()}),
+            },
+        )
+        ids = [
+            task_submit(
+                workspace=workspace,
+                repository=repository,
+                instruction=f"Fix add() ({n})",
+                model_options={"profile": PROFILE},
+            ).run.pk
+            for n in range(RUNS)
+        ]
+        # Every run is waiting on its first act turn's answer.
+        wait_for(
+            lambda: sum(1 for r in server.requests() if r.position == "act-0") >= RUNS,
+            timeout=120,
+            message="runs to wait on the model",
+        )
+        connection.close()
+        own_database.stop()
+        time.sleep(settings.RUN_LEASE_SECONDS + 2.0)  # longer than a lease
+        own_database.start()
+
+        def ended() -> list[Run] | None:
+            try:
+                zombies_reap()
+                current = list(Run.objects.filter(pk__in=ids))
+            except DatabaseError:
+                connection.close()
+                return None
+            return current if all(r.status in TERMINAL for r in current) else None
+
+        final = wait_for(ended, timeout=240, message="every run to end")
+    finally:
+        server.close()
+    outcomes = sorted((r.status, r.failure_reason) for r in final)
+    assert outcomes == [(Run.Status.COMPLETED, "")] * RUNS, outcomes
