@@ -376,9 +376,6 @@ WORK_SWEEP_LIMIT = _env_value("WORK_SWEEP_LIMIT", int, 500)
 # queue run at once while a backlog lasts.
 WORK_DRAIN_SECONDS = _env_value("WORK_DRAIN_SECONDS", float, 1.0)
 WORK_DRAIN_PARALLEL = _env_value("WORK_DRAIN_PARALLEL", int, 4)
-# Wake-ups (new work items', a commit's Redis round) sent from a thread of their own,
-# several requests' in one round trip (jobs.background; the web entry point turns it on).
-WAKE_UPS_BATCHED = _env_value("WAKE_UPS_BATCHED", bool, False)
 # Retention (jobs.retention): published outbox rows, consumers' receipts and finished
 # work items are deleted after this many days, processed webhook receipts after theirs;
 # 0 keeps them for good. A sweep deletes in batches of RETENTION_BATCH rows for at most
