@@ -675,8 +675,7 @@ def _stopped_outcome(ctx: StepContext) -> Outcome | None:
 
 def step_commit(ctx: StepContext, outcome: Outcome) -> str:
     """Write the step's outcome, fenced on the lease, and dispatch the next step (or keep
-    the lease for it). The usual step commits in one round trip (``_commit_at_once``);
-    the rest, and any step that one refused, in a transaction."""
+    the lease for it), in one transaction (``_commit_in_transaction``)."""
     run, lease = ctx.run, ctx.lease
     now = timezone.now()
     if outcome.noop:
