@@ -625,10 +625,11 @@ def _step_once(ctx: StepContext) -> str:
             if heartbeat.lost:
                 raise LeaseLost(f"lease on run {run.id} lost during the step")
     except RunCancelled:
-        outcome = _stopped_outcome(ctx)
-        if outcome is None:
+        stopped = _stopped_outcome(ctx)
+        if stopped is None:
             log.warning("step.stopped_lease_uncertain", run_id=run_id, step_no=step_no)
             return "lease_lost"
+        outcome = stopped
     except StepFailed as failure:
         outcome = Outcome(to=failure.status, reason=failure.reason, detail=failure.detail)
     except LeaseLost:
@@ -770,8 +771,6 @@ def _commit_in_transaction(
             transaction.on_commit(lambda: _after_terminal(run.id, after))
         for action in ctx._after_commit:
             transaction.on_commit(action)
-
-
 
 
 def _fenced_update(lease: Lease, source: str, fields: dict[str, Any]) -> int | None:
