@@ -199,19 +199,28 @@ def test_a_connection_shortage_cancels_no_run(
 
 @pytest.fixture
 def own_database(transactional_db: Any) -> Iterator[PostgresCluster]:
-    """A PostgreSQL of the test's own holding a copy of the test database; this process's
+    """A PostgreSQL of the test's own, migrated as the test database is; this process's
     connection points at it until the end of the test."""
     # Outside pytest's directory, which the server's unprivileged account cannot enter.
     root = Path(tempfile.mkdtemp(prefix="faults-pg-"))
     cluster = PostgresCluster(root)
-    cluster.create_database("chaos")
-    migrated = subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-        cwd=ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": cluster.url},
-        capture_output=True,
-    )
-    assert migrated.returncode == 0, migrated.stderr.decode()[-2000:]
+    try:
+        cluster.create_database("chaos")
+        migrated = subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "DJANGO_SETTINGS_MODULE": "tests.settings",
+                "DATABASE_URL": cluster.url,
+            },
+            capture_output=True,
+        )
+        assert migrated.returncode == 0, migrated.stderr.decode()[-2000:]
+    except BaseException:
+        cluster.destroy()
+        remove_tree(root)
+        raise
     saved = dict(connection.settings_dict)
     connection.close()
     connection.settings_dict.update(HOST="127.0.0.1", PORT=cluster.port, NAME="chaos")
