@@ -17,8 +17,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentplatform.settings")
 # The streams' sync code runs in a fresh thread per request; per-thread persistent
 # connections would pile up, so connections come from a per-process pool here.
 os.environ.setdefault("DATABASE_POOL", "true")
-# Many request threads: their wake-ups go together from one thread (jobs.background).
-os.environ.setdefault("WAKE_UPS_BATCHED", "true")
 
 from a2wsgi import WSGIMiddleware
 from asgiref.sync import iscoroutinefunction

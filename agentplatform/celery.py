@@ -5,33 +5,10 @@ import time
 from typing import Any
 
 from celery import Celery, signals
-from celery.worker.consumer import Consumer as CeleryConsumer
 
 from agentplatform import broker  # noqa: F401  (registers the Redis transport)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentplatform.settings")
-
-
-class Consumer(CeleryConsumer):
-    """Celery's consumer without the steps through which workers watch each other.
-
-    Heart publishes an event every 2 s, Gossip receives every other worker's (with N
-    workers each gets N - 1 a beat), and Mingle asks every worker at start-up for its
-    revoked tasks and waits a second for the answers: about half of an idle worker's
-    main process CPU. Worker liveness is the workers' own heartbeat rows
-    (``jobs.workers``), nothing here revokes tasks, and remote control (ping, inspect,
-    shutdown) keeps its own channel. The same as ``celery worker --without-heartbeat
-    --without-gossip --without-mingle``, as the default (``CELERY_WORKER_CONSUMER``).
-    """
-
-    def __init__(self, on_task_request: Any, **kwargs: Any) -> None:
-        kwargs["worker_options"] = dict(
-            kwargs.get("worker_options") or {},
-            without_heartbeat=True,
-            without_gossip=True,
-            without_mingle=True,
-        )
-        super().__init__(on_task_request, **kwargs)
 
 
 app = Celery("agentplatform")

@@ -173,10 +173,9 @@ _database.setdefault("OPTIONS", {})
 _database["CONN_HEALTH_CHECKS"] = True
 DATABASE_POOL = _env_value("DATABASE_POOL", bool, False)
 if DATABASE_POOL:
+    # Django's own psycopg pool (its documented OPTIONS["pool"]); with
+    # CONN_HEALTH_CHECKS it checks each connection it hands out.
     _database["CONN_MAX_AGE"] = 0
-    # The pool checks each connection it hands out without a round trip unless its
-    # socket says the server ended it (agentplatform.postgresql).
-    _database["ENGINE"] = "agentplatform.postgresql"
     _database["OPTIONS"]["pool"] = {
         "min_size": _env_value("DATABASE_POOL_MIN_SIZE", int, 2),
         # One per request thread, plus two for the live streams' sign-in checks.
@@ -257,9 +256,6 @@ CELERY_DB_REUSE_MAX = 1_000_000_000
 # number of beat processes can run without firing a schedule twice.
 CELERY_BEAT_SCHEDULER = "jobs.beat:LeaderDatabaseScheduler"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-# Workers do not exchange heartbeat events, gossip or mingle (see agentplatform.celery);
-# "celery.worker.consumer:Consumer" brings them back (e.g. for Flower's worker list).
-CELERY_WORKER_CONSUMER = _env_value("CELERY_WORKER_CONSUMER", str, "agentplatform.celery:Consumer")
 CELERY_TASK_ROUTES = {
     "runs.*": {"queue": "agent"},
     "jobs.outbox_relay": {"queue": "relay"},
@@ -383,9 +379,6 @@ WORK_SWEEP_LIMIT = _env_value("WORK_SWEEP_LIMIT", int, 500)
 # queue run at once while a backlog lasts.
 WORK_DRAIN_SECONDS = _env_value("WORK_DRAIN_SECONDS", float, 1.0)
 WORK_DRAIN_PARALLEL = _env_value("WORK_DRAIN_PARALLEL", int, 4)
-# Wake-ups (new work items', a commit's Redis round) sent from a thread of their own,
-# several requests' in one round trip (jobs.background; the web entry point turns it on).
-WAKE_UPS_BATCHED = _env_value("WAKE_UPS_BATCHED", bool, False)
 # Retention (jobs.retention): published outbox rows, consumers' receipts and finished
 # work items are deleted after this many days, processed webhook receipts after theirs;
 # 0 keeps them for good. A sweep deletes in batches of RETENTION_BATCH rows for at most

@@ -12,13 +12,6 @@ Outside ``together()`` a ``send`` is one pipeline of its own, at once, and an er
 In a block such an error is logged (the commit it follows has happened; the other
 senders still get their results).
 
-With ``WAKE_UPS_BATCHED`` (the web server) a block's end hands its round to a thread of
-the process's own (``jobs.background``) instead of sending it: the request answers
-without waiting on Redis, and the rounds of requests that commit while one is under way
-go together in the next. A block's round still goes in one write per server, in the
-order its sends were made, and every ``done`` is called, from that thread. While Redis
-is unreachable at most ``BACKLOG_LIMIT`` sends wait there; older ones are dropped, as
-messages Redis lost would be, and the sweeps wake what they were for.
 """
 
 from __future__ import annotations
@@ -28,9 +21,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from django.conf import settings
-
-from jobs.background import SendingThread
 from jobs.logs import log
 
 # (command name, arguments, keyword arguments) as the pipeline's method takes them.
@@ -42,10 +32,6 @@ Done = Callable[[list[Any] | Exception], None]
 Queued = tuple[Any, Sequence[Command], Done | None]
 
 _local = threading.local()
-
-# Sends waiting for the sending thread (WAKE_UPS_BATCHED) beyond which the oldest are
-# dropped: the backlog of a web process while Redis is unreachable stays this small.
-BACKLOG_LIMIT = 10_000
 
 
 def command(name: str, *args: Any, **kwargs: Any) -> Command:
@@ -86,10 +72,7 @@ def together() -> Iterator[None]:
     finally:
         _local.queued = None
         if queued:
-            if settings.WAKE_UPS_BATCHED:
-                _sending.note(lambda backlog: _backlog_add(backlog, queued))
-            else:
-                _send_by_server(queued)
+            _send_by_server(queued)
 
 
 def _send_by_server(queued: list[Queued]) -> None:
@@ -101,17 +84,6 @@ def _send_by_server(queued: list[Queued]) -> None:
         entry[1].append((commands, done))
     for client, sends in by_server.values():
         _execute(client, sends, raising=False)
-
-
-def _backlog_add(backlog: list[Queued], queued: list[Queued]) -> None:
-    backlog.extend(queued)
-    over = len(backlog) - BACKLOG_LIMIT
-    if over > 0:
-        del backlog[:over]
-        log.warning("redis_round.backlog_dropped", sends=over, limit=BACKLOG_LIMIT)
-
-
-_sending: SendingThread[list[Queued]] = SendingThread("redis-round", list, _send_by_server)
 
 
 def _server(client: Any) -> tuple[Any, ...]:

@@ -41,7 +41,6 @@ from django.db.models.sql import InsertQuery
 from django.utils import timezone
 
 from jobs import tracing
-from jobs.background import SendingThread
 from jobs.backoff import backoff_delay
 from jobs.db_rows import instance_from_row
 from jobs.locks import sweep_lock
@@ -317,10 +316,7 @@ def _drain_slot_key(queue: str, slot: int) -> str:
 
 def work_wake_new_on_commit(queue: str) -> None:
     """On commit, wake the drain of ``queue`` for an item created in this transaction."""
-    if settings.WAKE_UPS_BATCHED:
-        transaction.on_commit(lambda: _batcher.note(lambda queues: queues.add(queue)))
-    else:
-        transaction.on_commit(lambda: work_wake_new(queue))
+    transaction.on_commit(lambda: work_wake_new(queue))
 
 
 def work_wake_new(*queues: str) -> int:
@@ -358,14 +354,6 @@ def work_wake_reset() -> None:
         keys = list(client.scan_iter(match="agentplatform:work:*", count=1000))
         if keys:
             client.delete(*keys)
-
-
-# The drains' wake-ups of a threaded web server (WAKE_UPS_BATCHED), sent from a thread
-# of their own: the queues noted while a round trip is under way go together in the
-# next one, so under load one round trip serves many requests (jobs.background).
-_batcher: SendingThread[set[str]] = SendingThread(
-    "work-wake", set, lambda queues: work_wake_new(*sorted(queues))
-)
 
 
 def _drain_send(queue: str, slot: int, client: Any) -> bool:

@@ -25,25 +25,24 @@ from typing import Any
 
 from django.conf import settings
 from django.db import (
-    DataError,
+    DatabaseError,
     InterfaceError,
     OperationalError,
     close_old_connections,
     connection,
     transaction,
 )
-from django.db.models import F, Value
-from django.db.models.expressions import CombinedExpression
+from django.db.models import F
 from django.utils import timezone
 
 from agentplatform import observability
 from jobs import redis_round
-from jobs.db_rows import cursor_prepared, execute_together, instance_from_row, update_sql
+from jobs.db_rows import cursor_prepared, execute_together, instance_from_row
 from runs import dispatch
 from runs.logs import log
 from runs.models import Approval, InputRequest, PullRequest, Repository, Run, Task, Workspace
 from runs.state import ACTIVE, STEPPABLE, TERMINAL, transition_check
-from runs.timeline import PendingEvent, events_insert_sql, events_record, events_recorded
+from runs.timeline import PendingEvent, events_record
 
 S = Run.Status
 
@@ -53,7 +52,9 @@ class LeaseLost(Exception):
 
 
 class RunCancelled(Exception):
-    """Cancellation was requested; the step stops and the run ends cancelled."""
+    """The step was told to stop (``should_stop``): a recorded cancellation request, or a
+    lease it can no longer vouch for. Only the former ends the run (``_stopped_outcome``).
+    """
 
 
 class StepFailed(Exception):
@@ -632,7 +633,11 @@ def _step_once(ctx: StepContext) -> str:
             if heartbeat.lost:
                 raise LeaseLost(f"lease on run {run.id} lost during the step")
     except RunCancelled:
-        outcome = Outcome(to=S.CANCELLED, reason="cancelled", detail=run.cancel_reason)
+        stopped = _stopped_outcome(ctx)
+        if stopped is None:
+            log.warning("step.stopped_lease_uncertain", run_id=run_id, step_no=step_no)
+            return "lease_lost"
+        outcome = stopped
     except StepFailed as failure:
         outcome = Outcome(to=failure.status, reason=failure.reason, detail=failure.detail)
     except LeaseLost:
@@ -651,10 +656,35 @@ def _step_once(ctx: StepContext) -> str:
         return "lease_lost"
 
 
+def _stopped_outcome(ctx: StepContext) -> Outcome | None:
+    """The outcome of a step that stopped on ``should_stop``: cancelled only when the run
+    row records a cancellation request and the lease is still this worker's; otherwise
+    None, and the step writes nothing.
+
+    A failed heartbeat, a lost connection or an exhausted pool leave the lease uncertain:
+    the step stops too, but that is no request of anybody's. The lease then runs out and
+    the reaper hands the run on; a recorded request is seen by the next step.
+    """
+    run, heartbeat = ctx.run, ctx.heartbeat
+    if heartbeat is not None and heartbeat.lost:
+        return None
+    try:
+        requested = Run.objects.filter(pk=run.pk, cancel_requested_at__isnull=False).values_list(
+            "cancel_reason", flat=True
+        )
+        reason = requested.first()
+    except DatabaseError:
+        with contextlib.suppress(Exception):
+            connection.close()
+        return None
+    if reason is None:
+        return None
+    return Outcome(to=S.CANCELLED, reason="cancelled", detail=reason)
+
+
 def step_commit(ctx: StepContext, outcome: Outcome) -> str:
     """Write the step's outcome, fenced on the lease, and dispatch the next step (or keep
-    the lease for it). The usual step commits in one round trip (``_commit_at_once``);
-    the rest, and any step that one refused, in a transaction."""
+    the lease for it), in one transaction (``_commit_in_transaction``)."""
     run, lease = ctx.run, ctx.lease
     now = timezone.now()
     if outcome.noop:
@@ -696,8 +726,7 @@ def step_commit(ctx: StepContext, outcome: Outcome) -> str:
                 {"from": source, "to": target, "reason": outcome.reason},
             )
         )
-    if not _commit_at_once(ctx, outcome, fields=fields, events=events, keep=keep, now=now):
-        _commit_in_transaction(ctx, outcome, fields=fields, events=events, keep=keep)
+    _commit_in_transaction(ctx, outcome, fields=fields, events=events, keep=keep)
     ctx.lease_kept = keep
     log.info(
         "step.committed",
@@ -752,194 +781,14 @@ def _commit_in_transaction(
             transaction.on_commit(action)
 
 
-# What the fenced check of ``_commit_at_once`` casts to an integer when it matched no row
-# (the cast fails, and with it everything sent in the same query string).
-_COMMIT_REFUSED = "step commit refused: lease or timeline moved"
-
-
-def _commit_at_once(
-    ctx: StepContext,
-    outcome: Outcome,
-    *,
-    fields: dict[str, Any],
-    events: list[PendingEvent],
-    keep: bool,
-    now: Any,
-) -> bool:
-    """The usual step's commit in one round trip; False when it does not apply or was
-    refused, having written nothing (the transaction in ``step_commit`` then decides).
-
-    One batch (``execute_together``: prepared statements in one pipeline, or one query
-    string) holds the fenced UPDATE of the run, the task's status when it follows, the
-    timeline and outbox INSERTs and, when the lease is kept, the next step's load.
-    PostgreSQL runs the batch as one transaction, so they commit or fail together. The
-    fence is the step's (owner, attempt, status, step number) plus the timeline's last
-    sequence number as this worker last saw it, so the events can be numbered before the
-    batch runs; when the fence matches no row, a cast fails on purpose and nothing is
-    written.
-
-    The step that completes the run also goes in one batch: after the fenced UPDATE, its
-    pending approvals voided, the task's closing status, the closing events and, last,
-    the after-terminal work item (whose id the batch returns), as
-    ``_commit_in_transaction`` writes them; the item is then run here, as there. Steps
-    that write rows of their own, end the run otherwise (failed, cancelled, timed out:
-    whether the task delivered before is read under the run's lock) or carry expressions
-    go through the transaction.
-    """
-    run, lease = ctx.run, ctx.lease
-    source, target = run.status, outcome.to
-    if (
-        connection.in_atomic_block
-        or ctx._commit_writes
-        or (target in TERMINAL and target != S.COMPLETED)
-    ):
-        return False
-    completes = target == S.COMPLETED
-    if completes:
-        closing, task_fields = _terminal_closing(ctx, S.COMPLETED, outcome, delivered_before=False)
-        events = [*events, *closing]
-    expected = run.last_sequence_no
-    written = _update_assignments({**fields, "last_sequence_no": expected + len(events)})
-    if written is None:
-        return False
-    assignments, params = written
-    run_id = Run._meta.get_field("id").get_db_prep_value(lease.run_id, connection)
-    parts: list[tuple[str, list[Any]]] = [
-        (
-            f"WITH fenced AS (UPDATE {_RUN_TABLE} SET {assignments} "  # noqa: S608 - names are ours
-            "WHERE id = %s AND lease_owner = %s AND attempt = %s AND status = %s "
-            "AND step_no = %s AND last_sequence_no = %s RETURNING 1) "
-            f"SELECT (CASE WHEN count(*) = 1 THEN '1' ELSE '{_COMMIT_REFUSED}' END)::int "
-            "FROM fenced",
-            [*params, run_id, lease.owner, lease.attempt, source, lease.step_no, expected],
-        )
-    ]
-    followed = _task_status_followed(source=source, target=target)
-    if followed is not None:
-        task_id = Task._meta.get_field("id").get_db_prep_value(ctx.task.pk, connection)
-        parts.append(
-            (
-                f"UPDATE {_TASK_TABLE} SET status = %s, updated_at = %s "  # noqa: S608 - names are ours
-                "WHERE id = %s AND status <> %s",
-                [followed, now, task_id, followed],
-            )
-        )
-    if completes:
-        from runs.services import approvals_void_sql
-
-        parts.append(approvals_void_sql(run_id=run.pk, now=now))
-        parts.append(update_sql(Task.objects.filter(pk=ctx.task.pk), task_fields))
-    if events:
-        sequences = list(range(expected + 1, expected + len(events) + 1))
-        parts += events_insert_sql(task=ctx.task, run=run, events=events, sequences=sequences)
-    if completes:
-        # Last: its RETURNING id is the row the batch answers with (none when the run's
-        # end leaves no after-terminal work).
-        parts.append(_after_terminal_insert_sql(ctx.task, run))
-    if keep:
-        parts.append((_next_loaded_select(), _next_loaded_params(lease)))
-    try:
-        row = execute_together(parts)
-    except DataError as error:
-        if _COMMIT_REFUSED not in str(error):
-            raise
-        return False
-    after = int(row[0]) if completes and row is not None else None
-    if not keep:
-        row = None
-    # Committed: what the transaction's path does on commit, in the same order.
-    status = target or source
-    run.status = status
-    run.last_sequence_no = expected + len(events)
-    # The wake-ups (the next step's, the relay's, the live views') in one round trip.
-    with redis_round.together():
-        if not keep and status in STEPPABLE and not outcome.wait:
-            # Outside a transaction "on commit" is now; a refused send is logged, as there.
-            dispatch.run_wake_on_commit(run_id=run.id, step_no=lease.step_no + 1, status=status)
-        if events:
-            events_recorded(task=ctx.task, run=run, events=events)
-    if completes:
-        _after_terminal(run.id, after)
-    for action in ctx._after_commit:
-        action()
-    if row is not None:
-        ctx.next_loaded = (
-            Lease(run.id, lease.owner, lease.attempt, lease.step_no + 1),
-            _loaded_instances(row),
-        )
-    return True
-
-
-_TASK_TABLE = Task._meta.db_table
-
-
 def _fenced_update(lease: Lease, source: str, fields: dict[str, Any]) -> int | None:
     """The step's fenced UPDATE of its run; the run's ``last_sequence_no`` after it, or
-    None when the lease is no longer this worker's (nothing was written)."""
-    written = _update_assignments(fields)
-    if written is None:
-        # An expression the step did not make itself: the ORM compiles it.
-        statement, params = update_sql(
-            _fenced(lease).filter(status=source, step_no=lease.step_no), fields
-        )
-    else:
-        assignments, values = written
-        statement = (
-            f"UPDATE {_RUN_TABLE} SET {assignments} "  # noqa: S608 - names are ours
-            "WHERE id = %s AND lease_owner = %s AND attempt = %s AND status = %s "
-            "AND step_no = %s"
-        )
-        run_id = Run._meta.get_field("id").get_db_prep_value(lease.run_id, connection)
-        params = [*values, run_id, lease.owner, lease.attempt, source, lease.step_no]
-    with connection.cursor() as cursor:
-        cursor.execute(f"{statement} RETURNING last_sequence_no", params)
-        row = cursor.fetchone()
-    return None if row is None else int(row[0])
-
-
-_RUN_TABLE = Run._meta.db_table
-
-
-def _update_assignments(fields: dict[str, Any]) -> tuple[str, list[Any]] | None:
-    """``SET`` list and parameters of the step's UPDATE, written without the ORM's query
-    compiler (a tenth of a step's worker CPU went to compiling it); None when a value is
-    something other than a plain value or ``F(same field) + number``, which the ORM must
-    compile.
-
-    Values go through the fields' ``get_db_prep_save`` as the compiler's would.
-    """
-    assignments: list[str] = []
-    params: list[Any] = []
-    quote = connection.ops.quote_name
-    for name, value in fields.items():
-        f = Run._meta.get_field(name)
-        if not f.concrete or f.many_to_many or f.one_to_many or hasattr(f, "get_placeholder"):
-            return None
-        column = quote(str(f.column))  # type: ignore[union-attr]
-        if isinstance(value, CombinedExpression):
-            lhs, rhs = value.lhs, value.rhs
-            if not (
-                value.connector == CombinedExpression.ADD
-                and isinstance(lhs, F)
-                and lhs.name == name
-                and isinstance(rhs, Value)
-                and type(rhs.value) is int
-            ):
-                return None
-            assignments.append(f"{column} = ({column} + %s)")
-            params.append(rhs.value)
-            continue
-        if hasattr(value, "resolve_expression") or hasattr(value, "prepare_database_save"):
-            return None
-        prepared = f.get_db_prep_save(value, connection=connection)  # type: ignore[union-attr]
-        if hasattr(prepared, "as_sql"):
-            return None
-        if prepared is None:
-            assignments.append(f"{column} = NULL")
-        else:
-            assignments.append(f"{column} = %s")
-            params.append(prepared)
-    return ", ".join(assignments), params
+    None when the lease is no longer this worker's (nothing was written). Inside the
+    commit's transaction: the row stays locked between the two statements."""
+    fenced = _fenced(lease).filter(status=source, step_no=lease.step_no)
+    if fenced.update(**fields) != 1:
+        return None
+    return int(Run.objects.filter(pk=lease.run_id).values_list("last_sequence_no", flat=True)[0])
 
 
 def _terminal_events(

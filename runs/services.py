@@ -22,14 +22,11 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, Exists, F, Max, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from jobs import jsontext, redis_round
+from jobs import redis_round
 from jobs.db_rows import (
     cursor_prepared,
-    execute_committing,
     execute_together,
     instance_new,
-    row_json,
-    update_sql,
 )
 from runs import dispatch
 from runs.identities import idempotency_key_reserved, requested_by_user
@@ -50,9 +47,7 @@ from runs.state import ACTIVE, TERMINAL
 from runs.timeline import (
     PendingEvent,
     event_record,
-    events_prepare,
     events_record,
-    events_recorded,
 )
 
 
@@ -402,12 +397,10 @@ def task_submit(
         "source_ref": source_ref,
         "plan_review": plan_review,
     }
-    # Each way of admitting that cannot decide hands over to the next, stricter one: at
-    # once (one round trip), in a lane, then alone under the exclusive lock.
+    # Each way of admitting that cannot decide hands over to the next, stricter one: in a
+    # lane, then alone under the exclusive lock.
     attempts: list[Any] = []
     admits_in_lane = _lanes_may_admit(workspace, repository)
-    if admits_in_lane and _at_once():
-        attempts.append(_task_create_at_once)
     if _lanes():
         attempts.append(
             functools.partial(_task_create, exclusive=False, admits_in_lane=admits_in_lane)
@@ -444,37 +437,6 @@ def _lanes_may_admit(workspace: Workspace, repository: Repository) -> bool:
         return False
     deciding = _admission_counted(workspace, repository)["repository_id"] is not None
     return not deciding or repository.max_active_runs > lanes
-
-
-def _at_once() -> bool:
-    """Whether a submission may be admitted and written in one round trip: on PostgreSQL
-    with admission lanes, outside any transaction of the caller's (whose savepoint an
-    idempotency conflict would need)."""
-    return bool(_lanes()) and not connection.in_atomic_block and connection.get_autocommit()
-
-
-def _task_create_at_once(
-    *, workspace: Workspace, repository: Repository, fingerprint: str, **fields: Any
-) -> Submission:
-    """task_submit in one statement, one transaction of its own: it takes an admission
-    lane, counts the active runs and, when they leave room for the lanes' margin, writes
-    the task (running), its run and their events. It writes nothing and raises
-    ``_NearLimit`` otherwise: the lane's path then decides between a run, a deferral and
-    the exclusive check.
-
-    The count is a statement of its own inside ``agentplatform_admission_lane_counts``
-    (migration 0021), so its snapshot is taken once the lane is held, as the lane path's
-    count is.
-    """
-    task, run, events = _submission_new(
-        ws=workspace, repository=repository, refusal=None, fingerprint=fingerprint, **fields
-    )
-    assert run is not None  # an admitted submission has its run
-    # The wake-ups (the run's worker, the relay, live views) in one round trip.
-    with redis_round.together():
-        if not _submission_insert(task=task, run=run, events=events, admitting=True):
-            raise _NearLimit()
-    return Submission(task=task, run=run, created=True)
 
 
 def _task_create(
@@ -590,198 +552,19 @@ def _submission_new(
     return task, run, first
 
 
-def _submission_insert(
-    *, task: Task, run: Run | None, events: list[PendingEvent], admitting: bool = False
-) -> bool:
+def _submission_insert(*, task: Task, run: Run | None, events: list[PendingEvent]) -> None:
     """Insert a new task, its first run (if admitted) and the events of both, in the
-    current transaction; on PostgreSQL as one statement (one round trip). Whether it
-    wrote them (always, unless ``admitting``).
-
-    The statement takes each row as JSON (``db_rows.row_json``: every column of the
-    model, its defaults applied) and PostgreSQL makes the typed row from it, so the rows
-    are those ``save()`` and ``events_record`` would write. A reused idempotency key
-    fails the statement with the same IntegrityError as the task's own INSERT.
-
-    ``admitting`` (PostgreSQL, outside a transaction; see ``_task_create_at_once``): the
-    one statement, its own transaction, takes an admission lane and writes only if the
-    workspace's active runs, counted once the lane is held, leave room for the lanes'
-    margin.
-
-    On commit the run's wake-up goes first, then the relay's, the live views' and the
-    metrics (``events_recorded``).
-    """
-    now = timezone.now()
-    sequences = list(range(1, len(events) + 1)) if run is not None else []
-    prepared = events_prepare(task=task, run=run, events=events, sequences=sequences)
-    at = now.isoformat()
-    timeline = [
-        {
-            "id": str(event.id),
-            "run_id": str(run.id),
-            "sequence_no": event.sequence,
-            "type": event.type,
-            "data": event.data,
-            "actor": event.actor,
-            "created_at": at,
-        }
-        for event in prepared
-        if run is not None
-    ]
-    outbox = [
-        {
-            "event_id": str(event.id),
-            "type": event.type,
-            "partition_key": event.partition_key,
-            "payload": event.payload,
-            "created_at": at,
-            "available_at": at,
-            "published_at": None,
-            "attempts": 0,
-            "last_error": "",
-        }
-        for event in prepared
-    ]
-    rows = [
-        _json_dumps(row_json(task, now)),
-        _json_dumps([row_json(run, now)] if run is not None else []),
-        _json_dumps(timeline),
-        _json_dumps(outbox),
-    ]
-    if admitting:
-        if not _submission_insert_admitting(task=task, rows=rows):
-            return False
-    else:
-        # The transaction's last statement: committed in the same round trip when the
-        # submission's own transaction is the one that commits.
-        execute_committing(_submission_insert_sql(), rows)
-    for row in (task, run):
-        if row is not None:
-            row._state.adding = False
-            row._state.db = connection.alias
+    current transaction. A reused idempotency key fails the task's INSERT with an
+    IntegrityError. On commit the run's wake-up goes first, then the relay's, the live
+    views' and the metrics (``events_record``)."""
+    task.save(force_insert=True)
     if run is not None:
+        run.save(force_insert=True)
+        # Registered first, so the run's wake-up is the first thing sent on commit.
         dispatch.run_wake_on_commit(run_id=run.id, step_no=0, status=run.status)
-    events_recorded(task=task, run=run, events=events)
-    return True
-
-
-def _submission_insert_admitting(*, task: Task, rows: list[str]) -> bool:
-    """The admitting statement (``_submission_insert_sql(admitting=True)``): one statement,
-    its own transaction, that takes an admission lane, counts and writes the rows if the
-    counts fit; whether it wrote them."""
-    workspace, repository = task.workspace, task.repository
-    lanes = _lanes()
-    budget = workspace.daily_cost_budget_usd
-    counted = _admission_counted(workspace, repository)
-    params = [
-        # The lane (agentplatform_admission_lane_counts, migration 0021): the first free
-        # one in random order, else a wait for a random one.
-        random.choice(_lane_orders(lanes)),
-        _LANE_KEY,
-        workspace.pk % 2**31,
-        random.randrange(lanes),
-        workspace.pk,
-        counted["repository_id"],
-        spend_day() if counted["spend"] else None,
-        # As admission_check decides with a lane: room left after the lanes' margin.
-        workspace.max_active_runs - lanes,
-        repository.max_active_runs - lanes,
-        budget if counted["spend"] else None,
-        *rows,
-    ]
-    with cursor_prepared() as cursor:
-        cursor.execute(_submission_insert_sql(admitting=True), params)
-        row = cursor.fetchone()
-    assert row is not None  # one row: the admission's answer
-    return bool(row[0])
-
-
-@functools.cache
-def _lane_orders(lanes: int) -> tuple[str, ...]:
-    """Orders in which a submission tries the lanes, as PostgreSQL array literals: 64
-    random ones, drawn once per process. A literal costs the statement nothing to send,
-    where a list of ints costs psycopg an array dumper picked on every call."""
-    orders = []
-    for _ in range(64):
-        order = random.sample(range(lanes), lanes)
-        orders.append("{" + ",".join(map(str, order)) + "}")
-    return tuple(orders)
-
-
-def _json_dumps(value: Any) -> str:
-    return jsontext.dumps(value)
-
-
-# The columns the statement writes of the event tables: each one the ORM writes (every
-# concrete field but the outbox's serial id). tests/test_submission_insert.py holds the
-# JSON rows above to exactly these.
-SUBMISSION_TIMELINE_COLUMNS = ("id", "run_id", "sequence_no", "type", "data", "actor", "created_at")
-SUBMISSION_OUTBOX_COLUMNS = (
-    "event_id",
-    "type",
-    "partition_key",
-    "payload",
-    "created_at",
-    "available_at",
-    "published_at",
-    "attempts",
-    "last_error",
-)
-
-
-@functools.cache
-def _submission_insert_sql(admitting: bool = False) -> str:
-    """The submission's INSERT of every row (its parameters the task's, the runs', the
-    timeline's and the outbox's JSON), or with ``admitting`` the admitting statement: the
-    arguments of ``agentplatform_admission_lane_counts`` (migration 0021: a lane taken,
-    then the counts) and the limits first (the workspace's and the repository's room
-    left after the lanes' margin, the budget or NULL), then the rows, each INSERT writing
-    only if the counts fit. Its one row: admitted, the workspace's and the repository's
-    active runs, the spend."""
-    from jobs.models import OutboxEvent
-    from runs.models import RunEvent
-
-    quote = connection.ops.quote_name
-    admitted = ""
-    if admitting:
-        admitted = " WHERE (SELECT admitted FROM admission)"
-
-    def columns(names: Any) -> str:
-        return ", ".join(quote(name) for name in names)
-
-    def insert(model: Any, names: Any, source: str, order: str = "") -> str:
-        table = quote(model._meta.db_table)
-        return (
-            f"INSERT INTO {table} ({columns(names)}) SELECT {columns(names)}"  # noqa: S608
-            f" FROM {source}(NULL::{table}, %s::jsonb){order}"
-        )
-
-    task_columns = [f.column for f in Task._meta.concrete_fields]
-    run_columns = [f.column for f in Run._meta.concrete_fields]
-    one, many = "jsonb_populate_record", "jsonb_populate_recordset"
-    task = insert(Task, task_columns, one, admitted)
-    run = insert(Run, run_columns, many, admitted)
-    timeline = insert(RunEvent, SUBMISSION_TIMELINE_COLUMNS, many, admitted)
-    # The outbox's serial ids follow the events' order, as separate INSERTs' would.
-    in_order = f" WITH ORDINALITY{admitted} ORDER BY ordinality"
-    outbox = insert(OutboxEvent, SUBMISSION_OUTBOX_COLUMNS, many, in_order)
-    if not admitting:
-        return f"WITH task AS ({task}), run AS ({run}), timeline AS ({timeline}) {outbox}"
-    counts = (
-        "SELECT * FROM agentplatform_admission_lane_counts("
-        "%s::int[], %s::int, %s::int, %s::int, %s::bigint, %s::bigint, %s::date)"
-    )
-    # A budget of NULL (none) refuses nothing: the comparison is NULL, not false.
-    admission = (
-        "SELECT in_workspace < %s AND in_repository < %s"
-        " AND (COALESCE(spent::numeric, 0) < %s::numeric) IS NOT FALSE AS admitted,"
-        " in_workspace, in_repository, spent FROM counts"
-    )
-    return (
-        f"WITH counts (in_workspace, in_repository, spent) AS MATERIALIZED ({counts}),"  # noqa: S608
-        f" admission AS MATERIALIZED ({admission}),"
-        f" task AS ({task}), run AS ({run}), timeline AS ({timeline}), outbox AS ({outbox})"
-        " SELECT admitted, in_workspace, in_repository, spent FROM admission"
-    )
+    # A run inserted in this transaction reserved its first sequence numbers itself.
+    reserved = (len(events), len(events)) if run is not None else None
+    events_record(task=task, run=run, events=events, reserved=reserved)
 
 
 def _idempotent_replay(workspace: Workspace, key: str, fingerprint: str) -> Submission | None:
@@ -1099,12 +882,6 @@ def approvals_expire(*, now: Any = None) -> int:
 def approvals_void(*, run_id: Any, now: Any = None) -> int:
     """Void the run's pending approvals (the run ended); call under the run's row lock."""
     return _approvals_pending(run_id).update(**_approvals_voided(now))
-
-
-def approvals_void_sql(*, run_id: Any, now: Any = None) -> tuple[str, list[Any]]:
-    """``approvals_void`` as (statement, parameters), for a batch that holds the run's
-    row lock when it runs (after the run's fenced UPDATE)."""
-    return update_sql(_approvals_pending(run_id), _approvals_voided(now))
 
 
 def _approvals_pending(run_id: Any) -> QuerySet[Approval]:

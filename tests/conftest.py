@@ -206,6 +206,7 @@ class WorkerProcess:
         queues: str,
         concurrency: int,
         env: dict[str, str] | None = None,
+        pool: str = "prefork",
     ) -> None:
         self.name = name
         self.log_path = log_dir / f"worker-{name}.log"
@@ -232,7 +233,10 @@ class WorkerProcess:
                 "-c",
                 str(concurrency),
                 "-P",
-                "prefork",
+                pool,
+                "--without-heartbeat",
+                "--without-gossip",
+                "--without-mingle",
                 "--loglevel",
                 "INFO",
                 "-n",
@@ -286,8 +290,9 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
         queues: str = "agent,verify,events,webhooks",
         concurrency: int = 2,
         env: dict[str, str] | None = None,
+        pool: str = "prefork",
     ) -> WorkerProcess:
-        worker = WorkerProcess(name, tmp_path, queues, concurrency, env)
+        worker = WorkerProcess(name, tmp_path, queues, concurrency, env, pool)
         workers.append(worker)
         return worker
 

@@ -2,9 +2,10 @@
 
 Celery's default consumer has every worker publish a heartbeat event every 2 s, receive
 every other worker's (gossip) and ask all of them for their revoked tasks at start-up
-(mingle): most of an idle worker's CPU, growing with the square of the workers. Here a
-real worker, started as the README starts one (no ``--without-*`` flags), is watched on
-the broker's event channels from before it starts.
+(mingle): most of an idle worker's CPU, growing with the square of the workers. Workers
+are started with ``--without-heartbeat --without-gossip --without-mingle``; here a real
+worker started so (tests.conftest.WorkerProcess) is watched on the broker's event
+channels from before it starts.
 """
 
 from __future__ import annotations

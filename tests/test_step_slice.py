@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from runs import dispatch, engine
@@ -339,18 +340,18 @@ def test_a_commit_whose_answer_was_lost_is_taken_up_by_its_retry(
     given back with no wake-up sent) and goes on from there instead of skipping it."""
     _, seen = handlers
     settings.RUN_STEP_SLICE_SECONDS = slice_seconds
-    real = engine.execute_together
+    real = engine._commit_in_transaction
     lost: list[int] = []
 
-    def commit_then_lose_the_answer(parts: Any) -> Any:
-        row = real(parts)
-        if not lost and parts[0][0].startswith("WITH fenced AS (UPDATE"):
+    def commit_then_lose_the_answer(*args: Any, **kwargs: Any) -> None:
+        real(*args, **kwargs)
+        if not lost:
             lost.append(1)
             database_backend_terminate()
-            real([("SELECT 1", [])])  # the lost connection, as the caller meets it
-        return row
+            with connection.cursor() as cursor:  # the lost connection, as the caller meets it
+                cursor.execute("SELECT 1")
 
-    monkeypatch.setattr(engine, "execute_together", commit_then_lose_the_answer)
+    monkeypatch.setattr(engine, "_commit_in_transaction", commit_then_lose_the_answer)
 
     result = run_step.apply(args=(str(run.id), 0))
 
@@ -366,40 +367,14 @@ def test_a_commit_whose_answer_was_lost_is_taken_up_by_its_retry(
     assert sources == CHAIN[: run.step_no]
 
 
-# --- the usual commit in one round trip ---------------------------------------------------
+# --- the commit ------------------------------------------------------------------------
 
 
-def test_a_slice_costs_the_lease_and_one_statement_per_step(run, handlers):
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    with CaptureQueriesContext(connection) as queries:
-        step_execute(run_id=str(run.id), step_no=0, slice=StepSlice(seconds=30))
-
-    statements = [q["sql"] for q in queries.captured_queries]
-    # The lease (with its load), then for each of the five steps one query string: its
-    # fenced UPDATE, the timeline and outbox rows and, but for the last, the next load.
-    assert len(statements) == 6, statements
-    assert statements[0].startswith(
-        "SELECT set_config('synchronous_commit', 'off', true); WITH leased AS (UPDATE"
-    )
-    for statement in statements[1:]:
-        assert statement.startswith("WITH fenced AS (UPDATE"), statement
-    assert "WITH leased AS (SELECT" in statements[1] and "WITH leased" not in statements[-1]
-    run.refresh_from_db()
-    assert (run.status, run.step_no, run.last_sequence_no) == (S.VERIFYING, 5, 5)
-
-
-@pytest.mark.parametrize("prepared", [True, False], ids=["pipeline", "query-string"])
-def test_an_event_written_meanwhile_sends_the_commit_through_the_transaction(
-    run, handlers, settings, prepared
-):
+def test_an_event_written_meanwhile_is_numbered_before_the_steps_events(run, handlers):
     """Another writer appended to the timeline during the step (a comment, a cancellation
-    request): the numbers the step gave its events are taken, so its one-round-trip commit
-    is refused whole and the transaction numbers them after the newcomer."""
+    request): the commit numbers the step's events after the newcomer."""
     from django.db import transaction
 
-    settings.DATABASE_PREPARED_STATEMENTS = prepared
     from runs.timeline import event_record
 
     before, _seen = handlers
@@ -422,13 +397,11 @@ def test_an_event_written_meanwhile_sends_the_commit_through_the_transaction(
     assert run.last_sequence_no == 6
 
 
-@pytest.mark.parametrize("prepared", [True, False], ids=["pipeline", "query-string"])
-def test_a_commit_that_fails_halfway_writes_nothing(run, handlers, settings, prepared):
-    """The batch's later INSERT fails (a timeline row already holds the number): the
-    run's UPDATE sent before it in the same batch is rolled back with it."""
+def test_a_commit_that_fails_halfway_writes_nothing(run, handlers):
+    """The commit's later INSERT fails (a timeline row already holds the number): the
+    run's UPDATE made before it in the same transaction is rolled back with it."""
     from django.db import IntegrityError
 
-    settings.DATABASE_PREPARED_STATEMENTS = prepared
     from runs.models import RunEvent
 
     before, _seen = handlers
@@ -453,24 +426,6 @@ def test_a_commit_that_fails_halfway_writes_nothing(run, handlers, settings, pre
     from jobs.models import OutboxEvent
 
     assert OutboxEvent.objects.filter(type="agent.run.status.changed").count() == 1
-
-
-def test_the_commits_of_a_slice_are_prepared_once_and_run_by_name(run, handlers):
-    """PostgreSQL planned each commit's statements on every step (0.3-0.5 ms of planning
-    for 0.05-0.1 ms of execution): they are prepared statements of the connection now."""
-    from django.db import connection
-
-    step_execute(run_id=str(run.id), step_no=0, slice=StepSlice(seconds=30))
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement FROM pg_prepared_statements")
-        prepared = [statement for (statement,) in cursor.fetchall()]
-    fenced = [s for s in prepared if s.startswith("WITH fenced AS (UPDATE")]
-    # One text per kind of update the five steps made, parameters bound by the server.
-    assert fenced and all("$1" in s for s in fenced)
-    assert any(s.startswith("INSERT INTO") and "runs_runevent" in s for s in prepared)
-    assert any(s.startswith("WITH leased AS (SELECT") for s in prepared)
-    run.refresh_from_db()
-    assert (run.status, run.step_no, run.last_sequence_no) == (S.VERIFYING, 5, 5)
 
 
 def _drive(run: Run) -> Run:
@@ -519,71 +474,6 @@ def _approval_pending(run: Run) -> None:
     )
 
 
-@pytest.mark.parametrize("waiting", [False, True], ids=["nothing-waits", "feedback-waits"])
-@pytest.mark.parametrize("prepared", [True, False], ids=["pipeline", "query-string"])
-def test_the_completing_step_commits_in_one_batch_what_the_transaction_writes(
-    run, handlers, settings, monkeypatch, prepared, waiting
-):
-    """The run, its approvals voided, the task's status, the closing events and the
-    after-terminal work item (run right after) in one batch, as the transaction writes
-    them. The item is recorded only when something waits for the run's end (here,
-    feedback batched on its task)."""
-    from tests.factories import TaskFactory
-
-    def feedback(task: Task) -> None:
-        if waiting:
-            Task.objects.filter(pk=task.pk).update(pending_feedback="also fix sub()")
-
-    settings.DATABASE_PREPARED_STATEMENTS = prepared
-    feedback(run.task)
-    before, _seen = handlers
-    before[S.CREATING_PR] = lambda ctx: _approval_pending(ctx.run)
-    batches: list[list[str]] = []
-    together = engine.execute_together
-
-    def recorded(parts: Any) -> Any:
-        batches.append([statement for statement, _ in parts])
-        return together(parts)
-
-    monkeypatch.setattr(engine, "execute_together", recorded)
-    real = engine._commit_at_once
-    at_once = _ending(_drive(run))
-    last = batches[-1]
-    assert last[0].startswith("WITH fenced AS (UPDATE"), last
-    assert '"runs_approval"' in last[1] and '"runs_task"' in last[2], last
-    assert last[-1].startswith('INSERT INTO "jobs_workitem"') and "RETURNING" in last[-1], last
-
-    # The same run's end through the transaction.
-    monkeypatch.setattr(
-        engine,
-        "_commit_at_once",
-        lambda ctx, outcome, **kwargs: (
-            False if outcome.to == S.COMPLETED else real(ctx, outcome, **kwargs)
-        ),
-    )
-    other = Run.objects.create(
-        task=TaskFactory(workspace=run.task.workspace, repository=run.task.repository), run_no=1
-    )
-    feedback(other.task)
-    in_transaction = _ending(_drive(other))
-    assert at_once == in_transaction
-    assert at_once["run"] == (S.COMPLETED, 8, 10, True)
-    assert "wall_clock_seconds" in at_once["task"][2]
-    assert [t for _, t in at_once["timeline"][-2:]] == [
-        "agent.run.completed",
-        "agent.task.completed",
-    ]
-    assert at_once["approvals"] == [("void", "run ended")]
-    if waiting:
-        # The item ran at once: the follow-up with the batched feedback started.
-        assert at_once["work"] == ["done"]
-        for ended in (run, other):
-            assert ended.task.runs.get(run_no=2).feedback == "also fix sub()"
-    else:
-        assert at_once["work"] == []
-        assert at_once["task"][0] == "completed"
-
-
 def test_feedback_batched_while_the_end_commits_gets_its_follow_up(run, handlers) -> None:
     """A reviewer's feedback arrives while the completing step's batch is on its way:
     ``task_followup`` saw the run active and holds the task's row; the batch waits for it
@@ -621,16 +511,14 @@ def test_feedback_batched_while_the_end_commits_gets_its_follow_up(run, handlers
     assert run.task.runs.get(run_no=2).feedback == "also fix sub()"
 
 
-@pytest.mark.parametrize("prepared", [True, False], ids=["pipeline", "query-string"])
-def test_a_completing_batch_that_fails_writes_nothing(run, handlers, settings, prepared):
-    """The batch's last INSERT (the after-terminal work item) fails: the run's end, the
+def test_a_completing_commit_that_fails_writes_nothing(run, handlers):
+    """The commit's last INSERT (the after-terminal work item) fails: the run's end, the
     voided approval, the task's status and the closing events go with it."""
     from django.db import IntegrityError
 
     from jobs.models import WorkItem
     from runs.engine import AFTER_TERMINAL
 
-    settings.DATABASE_PREPARED_STATEMENTS = prepared
     before, _seen = handlers
 
     def plant(ctx: engine.StepContext) -> None:

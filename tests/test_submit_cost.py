@@ -1,14 +1,9 @@
-"""A submission is one round trip, once its repository is remembered (one lookup
-before): one statement that takes an admission lane, counts the active runs and writes
-the task, its run and their events, one transaction; the task with its final status,
-the run's first sequence numbers taken by its INSERT, and a repeated Idempotency-Key
-found by its unique constraint."""
+"""A submission writes the task with its final status, the run's first sequence numbers
+taken by its INSERT, and finds a repeated Idempotency-Key by its unique constraint."""
 
 from __future__ import annotations
 
 import json
-import tempfile
-import time
 import uuid
 
 import pytest
@@ -16,11 +11,9 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from agentplatform.api import access_cache
 from runs.models import Run, RunEvent, Task
 from runs.services import task_submit
 from runs.timeline import event_record
-from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,68 +41,6 @@ def _is_one_batch(statement: str) -> None:
     assert "; " not in statement
     assert "agentplatform_admission_lane_counts(" in statement
     assert 'INSERT INTO "runs_task"' in statement and 'INSERT INTO "jobs_outboxevent"' in statement
-
-
-def test_a_new_submission_is_one_batch_once_its_repository_is_remembered(submitter) -> None:
-    api, repository = submitter
-    # The memory is used once this process's listener is confirmed, and the fixture's own
-    # changes (each notifies) are heard before the submissions, not between them.
-    made = time.monotonic()
-    wait_for(
-        lambda: access_cache.generation() is not None and access_cache.heard_since(made),
-        timeout=30,
-        message="listener",
-    )
-    captured = _submission_statements(api, repository)
-    # An admission lane, then the active runs of the workspace and of the repository and
-    # the task, run, timeline and outbox rows: one statement, no BEGIN, no COMMIT. The
-    # repository among the caller's workspaces is remembered (access_cache).
-    assert [sql.split()[0].upper() for sql in captured] == ["WITH"], [sql[:100] for sql in captured]
-    _is_one_batch(captured[0])
-
-
-def test_a_new_submission_is_one_lookup_and_one_batch(submitter, settings) -> None:
-    settings.API_ACCESS_CACHE_SECONDS = 0
-    api, repository = submitter
-    captured = _submission_statements(api, repository)
-    assert [sql.split()[0].upper() for sql in captured] == [
-        "SELECT",  # the repository, among the caller's workspaces
-        "WITH",  # the lane, the count and the rows
-    ], [sql[:100] for sql in captured]
-    _is_one_batch(captured[1])
-
-
-def test_a_submission_is_one_round_trip_and_one_transaction(submitter, settings) -> None:
-    """libpq's protocol trace counts what the submission waited for: one Sync, after
-    which PostgreSQL commits the one statement that took the lane, counted and wrote
-    (before: the lane's statement and the writing one in a pipeline; before that, BEGIN
-    with the lane and the count, then the rows with the COMMIT; five before that)."""
-    from psycopg.pq import Trace
-
-    settings.DATABASE_PREPARED_STATEMENTS = True
-    _, repository = submitter
-    task_submit(workspace=repository.workspace, repository=repository, instruction="warm")
-    pgconn = connection.connection.pgconn
-    with tempfile.TemporaryFile("w+") as trace:
-        pgconn.trace(trace.fileno())
-        pgconn.set_trace_flags(Trace.SUPPRESS_TIMESTAMPS | Trace.REGRESS_MODE)
-        try:
-            submission = task_submit(
-                workspace=repository.workspace, repository=repository, instruction="Fix it"
-            )
-        finally:
-            pgconn.untrace()
-        trace.seek(0)
-        lines = trace.readlines()
-    messages = [line.split("\t")[2].split()[0] for line in lines if line.count("\t") > 1]
-    assert submission.task.status == Task.Status.RUNNING
-    assert messages.count("ReadyForQuery") == 1, messages
-    assert messages.count("Sync") == 1, messages
-    assert messages.count("Execute") == 1, messages  # one statement
-    assert "Query" not in messages  # no BEGIN or COMMIT of its own
-    assert not any("BEGIN" in line or "COMMIT" in line for line in lines)
-    assert Task.objects.filter(pk=submission.task.pk, status="running").exists()
-    assert Run.objects.filter(task=submission.task, status="queued").exists()
 
 
 def test_in_a_callers_transaction_a_repeated_key_rolls_back_only_its_own_attempt(
@@ -185,42 +116,6 @@ def _prepared_submission_statements() -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
         return [s for (s,) in cursor.fetchall() if "advisory" in s or "runs_" in s]
-
-
-def test_a_submissions_statements_are_prepared_once_and_reused(submitter) -> None:
-    """PostgreSQL plans the counting insert once per connection: the rows go as bound
-    parameters, not as literals in the statement's text."""
-    api, repository = submitter
-    for n in range(3):
-        assert _submit(api, repository, instruction=f"Fix it, number {n}").status_code == 202
-    statements = _prepared_submission_statements()
-    write = [s for s in statements if 'INSERT INTO "runs_task"' in s]
-    assert len(write) == 1, statements
-    # The lane and the admission count are the writing statement's.
-    assert "agentplatform_admission_lane_counts(" in write[0]
-    assert "$1" in write[0]
-    assert not any("Fix it" in s for s in statements)
-    assert Task.objects.count() == 3
-
-
-def test_a_submissions_statements_are_not_planned_again_each_time(submitter, settings) -> None:
-    """After its first five runs PostgreSQL keeps a prepared statement's generic plan if
-    it costs no more than the custom ones; a statement whose generic plan it priced too
-    high (the lane's, with the number of lanes a parameter) was planned on every run.
-    (The repository's lookup is sent every time here, not answered from memory.)"""
-    settings.API_ACCESS_CACHE_SECONDS = 0
-    api, repository = submitter
-    for n in range(12):
-        assert _submit(api, repository, instruction=f"Fix it, number {n}").status_code == 202
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
-            " WHERE statement LIKE '%%advisory%%' OR statement LIKE '%%runs_%%'"
-        )
-        plans = cursor.fetchall()
-    assert len(plans) >= 2
-    for statement, generic, custom in plans:
-        assert custom <= 5 and generic >= 7, (statement[:60], generic, custom)
 
 
 def test_under_limits_no_larger_than_the_lanes_a_submission_takes_the_exact_check_at_once(

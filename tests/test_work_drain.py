@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from jobs.work import (
     work_wake_new,
     work_wake_reset,
 )
-from tests.conftest import free_port, wait_for
+from tests.conftest import free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
@@ -208,26 +207,6 @@ def test_a_refused_send_frees_the_slot_and_leaves_the_items_pending(
     broker_at(None)
     create(queue, "b")  # slot 0 was given back: this wake-up is sent
     assert messages(queue) == [(WORK_DRAIN_TASK, [queue, 0])]
-
-
-def test_batched_wakeups_from_many_threads_send_one_drain(queue: str, settings: Any) -> None:
-    settings.WAKE_UPS_BATCHED = True
-    start = threading.Barrier(8)
-
-    def requests() -> None:
-        start.wait()
-        for _ in range(25):
-            jobs.work._batcher.note(lambda queues: queues.add(queue))
-
-    threads = [threading.Thread(target=requests) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wait_for(lambda: messages(queue), timeout=10, message="the batched wake-up sent")
-    time.sleep(0.2)
-    assert messages(queue) == [(WORK_DRAIN_TASK, [queue, 0])]
-    assert redis.Redis.from_url(settings.REDIS_URL).get(f"agentplatform:work:pending:{queue}")
 
 
 def test_work_wake_new_wakes_several_queues_in_one_round_trip(queue: str) -> None:

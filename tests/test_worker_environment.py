@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-WEB_ENTRY_DEFAULTS = ("DATABASE_POOL", "WAKE_UPS_BATCHED")
+WEB_ENTRY_DEFAULTS = ("DATABASE_POOL",)
 
 
 @pytest.mark.no_services

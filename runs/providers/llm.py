@@ -33,6 +33,7 @@ from typing import Any
 
 import openai
 from django.conf import settings
+from django.db import connection
 
 from runs.agent.profiles import ModelProfile, tokens_estimate
 from runs.providers.base import (
@@ -222,6 +223,11 @@ class LiteLLMProvider(ModelProvider):
         turn_index: int,
     ) -> ModelReply:
         params = self.request(messages=messages, tools=tools, purpose=purpose)
+        # A model turn waits seconds: outside a transaction the thread's database
+        # connection goes back meanwhile (to the pool, with DATABASE_POOL), so the
+        # connections a worker holds count its runs at work, not those waiting on a model.
+        if not connection.in_atomic_block:
+            connection.close()
         attempt = 0
         while True:
             attempt += 1

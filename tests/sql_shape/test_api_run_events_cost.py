@@ -21,7 +21,7 @@ from tests.factories import (
     member_with_repository,
 )
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sql_shape]
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from tests.factories import (
 )
 from tests.query_plans import query_plan
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sql_shape]
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from tests.test_webhook_support import GITHUB_SECRET, github_headers, github_pos
 from webhooks.intake import _RECEIPT_COLUMNS, _WORK_COLUMNS
 from webhooks.models import WebhookReceipt
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sql_shape]
 
 PING = {"zen": "Keep it logically awesome.", "hook_id": 1}
 
