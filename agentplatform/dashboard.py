@@ -34,7 +34,7 @@ from runs.state import ACTIVE, TERMINAL
 
 # kombu's Redis transport keeps one list per priority step; priority 0 is the bare name.
 REDIS_PRIORITY_SEPARATOR = "\x06\x16"
-REDIS_PRIORITY_STEPS = (3, 6, 9)
+REDIS_PRIORITY_STEPS = tuple(range(1, 10))
 
 OUTCOMES = (Run.Status.COMPLETED, Run.Status.FAILED, Run.Status.TIMED_OUT, Run.Status.CANCELLED)
 OUTCOME_COLOURS = {

@@ -208,7 +208,13 @@ PRODUCTION = not EMBEDDED
 
 # A message unacknowledged this long is redelivered by Redis; the run lease and the
 # reaper recover crashed steps much sooner, this is only the broker's own net.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# Ten priority lists per queue, served lowest first (runs.priorities: a step's class,
+# aged, and its workspace's share decide its list).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": 3600,
+    "priority_steps": list(range(10)),
+    "queue_order_strategy": "priority",
+}
 
 CELERY_RESULT_BACKEND = "django-db"
 # One result backend per process, shared by its threads: django-celery-results keeps no

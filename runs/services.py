@@ -31,7 +31,7 @@ from jobs.db_rows import (
     row_json,
     update_sql,
 )
-from runs import dispatch
+from runs import dispatch, priorities
 from runs.identities import idempotency_key_reserved, requested_by_user
 from runs.logs import log
 from runs.models import (
@@ -343,7 +343,7 @@ def task_submit(
     risk_level: str = Task.Risk.LOW,
     task_type: str = "change",
     target_branch: str = "",
-    priority: int = 0,
+    priority: int | str | None = None,
     budget: dict[str, Any] | None = None,
     model_options: dict[str, Any] | None = None,
     source_ref: dict[str, Any] | None = None,
@@ -357,6 +357,10 @@ def task_submit(
         raise CommandRefused("repository_not_in_workspace", "repository is not in this workspace")
     if not instruction.strip():
         raise CommandRefused("instruction_empty", "instruction must not be empty")
+    try:
+        priority = priorities.submitted(priority, repository)
+    except priorities.PriorityInvalid as exc:
+        raise CommandRefused("priority_invalid", str(exc)) from exc
     if source != Task.Source.WEBHOOK and idempotency_key_reserved(idempotency_key):
         raise IdempotencyKeyReserved()
     profile = (
@@ -790,7 +794,8 @@ def _idempotent_replay(workspace: Workspace, key: str, fingerprint: str) -> Subm
 
 def tasks_readmit(*, workspace_id: int | None = None, batch: int = 100) -> int:
     """Start runs for deferred tasks as far as capacity allows now: per workspace (one, or
-    every workspace with deferred tasks), highest priority and oldest first.
+    every workspace with deferred tasks), most urgent effective priority (aged, see
+    runs.priorities) and oldest first.
 
     Each pass holds the workspace's exclusive admission lock, counts its free capacity
     once and admits up to ``batch`` tasks; passes repeat while a whole batch went in. A
@@ -841,7 +846,7 @@ def _workspace_readmit(workspace_id: int, batch: int) -> int:
                 .select_related("repository")
                 .filter(workspace=ws, status=Task.Status.DEFERRED)
                 .exclude(repository_id__in=full)
-                .order_by("-priority", "created_at")[: room - admitted]
+                .order_by(*priorities.readmission_order())[: room - admitted]
             )
             if not candidates:
                 break
