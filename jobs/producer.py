@@ -286,7 +286,8 @@ def task_send(task: Any, args: tuple[Any, ...], *, queue: str, priority: int = 0
             argsrepr=repr(args),
             kwargsrepr="{}",
             producer=task_producer(app),
-            priority=priority or None,
+            # Only a priority of the call's own: none leaves the task's.
+            **({"priority": priority} if priority else {}),
         )
         return str(result.id)
     if plan.typing:

@@ -37,7 +37,7 @@ def _submit(repository: Any, key: str) -> services.Submission:
         budget={"model_turns": 3},
         model_options={"script": [{"say": "hi"}]},
         source_ref={"issue": 7},
-        priority=5,
+        priority=10,
         target_branch="main",
     )
 
