@@ -31,7 +31,7 @@ from jobs.db_rows import (
     row_json,
     update_sql,
 )
-from runs import dispatch, priorities
+from runs import dispatch, priorities, type_limits
 from runs.identities import idempotency_key_reserved, requested_by_user
 from runs.logs import log
 from runs.models import (
@@ -407,9 +407,11 @@ def task_submit(
     # once (one round trip), in a lane, then alone under the exclusive lock.
     attempts: list[Any] = []
     admits_in_lane = _lanes_may_admit(workspace, repository)
-    if admits_in_lane and _at_once():
+    # A limited task type is counted under the exclusive lock only (runs.type_limits).
+    in_lanes = not type_limits.applies(workspace, repository, task_type)
+    if in_lanes and admits_in_lane and _at_once():
         attempts.append(_task_create_at_once)
-    if _lanes():
+    if in_lanes and _lanes():
         attempts.append(
             functools.partial(_task_create, exclusive=False, admits_in_lane=admits_in_lane)
         )
@@ -497,6 +499,8 @@ def _task_create(
         refusal = admission_check(
             workspace=ws, repository=repository, lane=not exclusive, reserve=admits_in_lane
         )
+        if exclusive and refusal is None:
+            refusal = type_limits.refusal(ws, repository, fields["task_type"])
         if not exclusive and not admits_in_lane and refusal is None:
             raise _NearLimit()  # it fits by the exact count: decided alone
         if not exclusive and admits_in_lane and refusal is not None:
@@ -839,6 +843,7 @@ def _workspace_readmit(workspace_id: int, batch: int) -> int:
             .values_list("repository_id", "n")
         )
         full: set[int] = set()
+        by_type = type_limits.Readmission.start(ws)
         admitted = 0
         while admitted < room:
             candidates = list(
@@ -846,6 +851,7 @@ def _workspace_readmit(workspace_id: int, batch: int) -> int:
                 .select_related("repository")
                 .filter(workspace=ws, status=Task.Status.DEFERRED)
                 .exclude(repository_id__in=full)
+                .exclude(by_type.exclusion())
                 .order_by(*priorities.readmission_order())[: room - admitted]
             )
             if not candidates:
@@ -856,6 +862,8 @@ def _workspace_readmit(workspace_id: int, batch: int) -> int:
                     continue
                 if per_repository.get(repository.pk, 0) >= repository.max_active_runs:
                     full.add(repository.pk)
+                    continue
+                if not by_type.admits(repository, task.task_type):
                     continue
                 # A deferred follow-up carries its feedback into the run it was waiting for.
                 feedback = task.pending_feedback

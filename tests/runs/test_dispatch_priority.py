@@ -64,8 +64,7 @@ def test_emergency_overtakes_a_saturated_batch_queue(start_worker: Any) -> None:
     assert _end_order(batch, emergency) == 0
     # And the batch still runs: the slot goes on to it.
     wait_for(
-        lambda: Run.objects.filter(pk__in=[r.pk for r in batch], status__in=TERMINAL).count()
-        >= 5,
+        lambda: Run.objects.filter(pk__in=[r.pk for r in batch], status__in=TERMINAL).count() >= 5,
         timeout=90,
         message="batch runs",
     )
