@@ -336,6 +336,9 @@ GIT_INTERNAL_HOSTS = _env_value("GIT_INTERNAL_HOSTS", list, [])
 GIT_INTERNAL_NETWORKS = _env_value("GIT_INTERNAL_NETWORKS", list, [])
 # Every clone, fetch and push is killed after this long (and when its run is cancelled).
 GIT_NETWORK_TIMEOUT_SECONDS = _env_value("GIT_NETWORK_TIMEOUT_SECONDS", float, 300.0)
+# Calls to each git host's REST API allowed per hour across all workers (runs.ratelimits);
+# 0: none of ours (the host's 429s still back off).
+GIT_PROVIDER_REQUESTS_PER_HOUR = _env_value("GIT_PROVIDER_REQUESTS_PER_HOUR", int, 0)
 # The origins (https://host[:port]; a bare host means https) git sends a provider's token
 # to; empty: github.com (or the GitHub Enterprise host of GITHUB_API_URL), GitLab's API host.
 GITHUB_GIT_HOSTS = _env_value("GITHUB_GIT_HOSTS", list, [])
