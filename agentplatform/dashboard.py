@@ -28,6 +28,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from jobs.models import DeadLetter, OutboxEvent
 from jobs.relay import outbox_lag_seconds
+from runs import fairness
 from runs.models import Run, WorkspaceSpend
 from runs.reaper import oldest_lease_age_seconds
 from runs.state import ACTIVE, TERMINAL
@@ -315,6 +316,7 @@ def dashboard_metrics(*, now: datetime | None = None) -> dict[str, Any]:
             Metric("p95 duration", p95, _seconds(p95)),
         ],
         "active_by_state": active,
+        "fairness": fairness.workspace_queues(now),
         "cost_today": cost_rows,
         "runs_per_hour": per_hour,
         "duration_histogram": histogram,

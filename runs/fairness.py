@@ -19,11 +19,13 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
-from django.db.models import Sum
+from django.db.models import Count, Min, Q, Sum
+from django.utils import timezone
 
 from runs import priorities
-from runs.models import ActiveRunCount, Run, Workspace
+from runs.models import ActiveRunCount, Run, Task, Workspace
 
 SNAPSHOT_SECONDS = 1.0
 
@@ -93,3 +95,65 @@ def step_priority(run_id: uuid.UUID | str) -> int:
     return priorities.broker_priority(
         priorities.effective(base, created_at), under_share=shares().under_share(workspace_id)
     )
+
+
+def queue_position(task: Task, now: datetime | None = None) -> int | None:
+    """A deferred task's place in its workspace's re-admission order (1: next); None for
+    a task that is not deferred."""
+    if task.status != Task.Status.DEFERRED:
+        return None
+    now = now or timezone.now()
+    mine = priorities.effective(task.priority, task.created_at, now)
+    ahead = (
+        Task.objects.filter(workspace_id=task.workspace_id, status=Task.Status.DEFERRED)
+        .annotate(effective=priorities.effective_expression(now))
+        .filter(Q(effective__lt=mine) | Q(effective=mine, created_at__lt=task.created_at))
+        .count()
+    )
+    return ahead + 1
+
+
+@dataclass(frozen=True)
+class WorkspaceQueue:
+    """One workspace's row of the console's fairness table."""
+
+    workspace_id: int
+    workspace_slug: str
+    weight: int
+    active: int
+    share: float  # of the platform's active runs, while others have runs
+    deferred_by_class: dict[str, int]
+    oldest_wait_seconds: float | None
+
+
+def workspace_queues(now: datetime | None = None) -> list[WorkspaceQueue]:
+    """Every workspace with active runs or deferred tasks: its share of the active runs,
+    its deferred tasks per priority class and its oldest deferred task's wait."""
+    now = now or timezone.now()
+    current = shares_read()
+    deferred = (
+        Task.objects.filter(status=Task.Status.DEFERRED)
+        .order_by()
+        .values_list("workspace_id", "priority")
+        .annotate(n=Count("id"), oldest=Min("created_at"))
+        .values_list("workspace_id", "priority", "n", "oldest")
+    )
+    classes: dict[int, dict[str, int]] = {}
+    oldest: dict[int, datetime] = {}
+    for ws, priority, n, first in sorted(deferred, key=lambda row: (row[0], row[1])):
+        classes.setdefault(ws, {})[priorities.name_of(priority)] = n
+        oldest[ws] = min(first, oldest.get(ws, first))
+    ids = set(current.active) | set(classes)
+    rows = Workspace.objects.filter(pk__in=ids).values_list("pk", "slug", "weight")
+    return [
+        WorkspaceQueue(
+            workspace_id=pk,
+            workspace_slug=slug,
+            weight=weight,
+            active=current.active.get(pk, 0),
+            share=round(current.share_of(pk), 1) if current.active else 0.0,
+            deferred_by_class=classes.get(pk, {}),
+            oldest_wait_seconds=(now - oldest[pk]).total_seconds() if pk in oldest else None,
+        )
+        for pk, slug, weight in sorted(rows, key=lambda r: r[1])
+    ]

@@ -72,11 +72,12 @@ def effective(base: int, waiting_since: datetime, now: datetime | None = None) -
     return base - math.floor(max(waited, 0.0) / 60 / AGING_MINUTES)
 
 
-def effective_expression() -> RawSQL:
-    """``effective`` in SQL over tasks (PostgreSQL, the database's clock)."""
+def effective_expression(now: datetime | None = None) -> RawSQL:
+    """``effective`` in SQL over tasks, at ``now`` (this process's clock, as ``effective``)."""
     return RawSQL(
-        "runs_task.priority - FLOOR(EXTRACT(EPOCH FROM (NOW() - runs_task.created_at)) / %s)::int",
-        (60 * AGING_MINUTES,),
+        "runs_task.priority - FLOOR(GREATEST(EXTRACT(EPOCH FROM (%s::timestamptz"
+        " - runs_task.created_at)), 0) / %s)::int",
+        (now or timezone.now(), 60 * AGING_MINUTES),
         output_field=IntegerField(),
     )
 

@@ -17,7 +17,7 @@ from agentplatform.api.rows import ListRows
 from agentplatform.api.scoping import workspace_ids_for
 from agentplatform.api.selectors import repository_of_member, submission_outcome
 from agentplatform.api.strict import StrictInput, ThreadFieldsInput
-from runs import priorities
+from runs import fairness, priorities
 from runs.identities import idempotency_key_reserved
 from runs.models import Repository, Task, Workspace
 from runs.services import IdempotencyKeyReserved, Submission, task_submit
@@ -227,10 +227,29 @@ class TaskCollectionApi(generics.ListAPIView):
         )
 
 
+class TaskDetailSerializer(TaskOutputSerializer):
+    effective_priority = serializers.SerializerMethodField(
+        help_text="The priority class less one per 30 minutes waited (lower is more urgent)."
+    )
+    queue_position = serializers.SerializerMethodField(
+        help_text="A deferred task's place in its workspace's re-admission order (1: next)."
+    )
+
+    class Meta(TaskOutputSerializer.Meta):
+        fields = [*TaskOutputSerializer.Meta.fields, "effective_priority", "queue_position"]
+        read_only_fields = fields
+
+    def get_effective_priority(self, task: Task) -> int:
+        return priorities.effective(task.priority, task.created_at)
+
+    def get_queue_position(self, task: Task) -> int | None:
+        return fairness.queue_position(task)
+
+
 class TaskDetailApi(generics.RetrieveAPIView):
     """One task of the caller's workspaces."""
 
-    serializer_class = TaskOutputSerializer
+    serializer_class = TaskDetailSerializer
     lookup_field = "pk"
 
     def get_queryset(self) -> QuerySet[Task]:
