@@ -21,7 +21,7 @@ from django.conf import settings
 from redis.connection import AbstractConnection
 
 from jobs import redis_round, relay
-from tests.conftest import SilentServer, wait_for
+from tests.conftest import SilentServer, queue_lists, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -283,10 +283,15 @@ def test_rounds_handed_over_before_a_graceful_exit_are_sent(own_redis) -> None:
 def test_a_submission_in_a_batched_process_wakes_its_run(submitter, batched) -> None:
     api, repository = submitter
     queued = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    before = queued.llen("agent")
+    lists = queue_lists("agent")
+    before = sum(queued.llen(key) for key in lists)
     run_id = _submit(api, repository)
-    wait_for(lambda: queued.llen("agent") > before, timeout=30, message="the run's message")
-    bodies = [json.loads(entry) for entry in queued.lrange("agent", 0, -1)]
+    wait_for(
+        lambda: sum(queued.llen(key) for key in lists) > before,
+        timeout=30,
+        message="the run's message",
+    )
+    bodies = [json.loads(entry) for key in lists for entry in queued.lrange(key, 0, -1)]
     assert any(
         body["headers"]["task"] == "runs.step"
         and body["headers"]["argsrepr"].startswith(f"('{run_id}'")
