@@ -28,13 +28,14 @@ from django.utils.safestring import SafeString, mark_safe
 
 from jobs.models import DeadLetter, OutboxEvent
 from jobs.relay import outbox_lag_seconds
+from runs import fairness
 from runs.models import Run, WorkspaceSpend
 from runs.reaper import oldest_lease_age_seconds
 from runs.state import ACTIVE, TERMINAL
 
 # kombu's Redis transport keeps one list per priority step; priority 0 is the bare name.
 REDIS_PRIORITY_SEPARATOR = "\x06\x16"
-REDIS_PRIORITY_STEPS = (3, 6, 9)
+REDIS_PRIORITY_STEPS = tuple(range(1, 10))
 
 OUTCOMES = (Run.Status.COMPLETED, Run.Status.FAILED, Run.Status.TIMED_OUT, Run.Status.CANCELLED)
 OUTCOME_COLOURS = {
@@ -315,6 +316,7 @@ def dashboard_metrics(*, now: datetime | None = None) -> dict[str, Any]:
             Metric("p95 duration", p95, _seconds(p95)),
         ],
         "active_by_state": active,
+        "fairness": fairness.workspace_queues(now),
         "cost_today": cost_rows,
         "runs_per_hour": per_hour,
         "duration_histogram": histogram,

@@ -207,7 +207,13 @@ PRODUCTION = not EMBEDDED
 
 # A message unacknowledged this long is redelivered by Redis; the run lease and the
 # reaper recover crashed steps much sooner, this is only the broker's own net.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# Ten priority lists per queue, served lowest first (runs.priorities: a step's class,
+# aged, and its workspace's share decide its list).
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": 3600,
+    "priority_steps": list(range(10)),
+    "queue_order_strategy": "priority",
+}
 
 CELERY_RESULT_BACKEND = "django-db"
 # One result backend per process, shared by its threads: django-celery-results keeps no
@@ -326,6 +332,9 @@ GIT_INTERNAL_HOSTS = _env_value("GIT_INTERNAL_HOSTS", list, [])
 GIT_INTERNAL_NETWORKS = _env_value("GIT_INTERNAL_NETWORKS", list, [])
 # Every clone, fetch and push is killed after this long (and when its run is cancelled).
 GIT_NETWORK_TIMEOUT_SECONDS = _env_value("GIT_NETWORK_TIMEOUT_SECONDS", float, 300.0)
+# Calls to each git host's REST API allowed per hour across all workers (runs.ratelimits);
+# 0: none of ours (the host's 429s still back off).
+GIT_PROVIDER_REQUESTS_PER_HOUR = _env_value("GIT_PROVIDER_REQUESTS_PER_HOUR", int, 0)
 # The origins (https://host[:port]; a bare host means https) git sends a provider's token
 # to; empty: github.com (or the GitHub Enterprise host of GITHUB_API_URL), GitLab's API host.
 GITHUB_GIT_HOSTS = _env_value("GITHUB_GIT_HOSTS", list, [])

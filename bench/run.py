@@ -46,6 +46,7 @@ MEASUREMENTS = [
     "idle",
     "e2e",
     "capacity",
+    "fairness",
 ]
 
 
@@ -1702,6 +1703,28 @@ class Bench:
         return figures
 
     # 7, 10: idle cost
+
+    def m_fairness(self) -> None:
+        queued = 100 if self.tiny else 1000
+        say(f"fairness: workspace A with {queued} queued runs, then one of workspace B")
+        from bench.bench_fairness import small_workspace_start
+
+        slots, seconds = [], []
+        for rep in range(self.reps):
+            workers: list[Any] = []
+            slot, took = small_workspace_start(
+                lambda started=workers: started.extend(self.worker(1, name="fair-worker")),
+                queued=queued,
+                tag=f"{rep}-{time.time_ns()}",
+            )
+            slots.append(slot)
+            seconds.append(took)
+            self.procs.stop_all(workers)
+            self.broker_purge()
+        self.table.add(
+            Figure("12. small workspace's task starts at free slot", "slot", slots, target="1")
+        )
+        self.table.add(Figure("12. small workspace's task started after", "s", seconds))
 
     def m_idle(self) -> None:
         seconds = 5 if self.tiny else self.args.idle_seconds

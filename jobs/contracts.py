@@ -231,6 +231,13 @@ CATALOG: list[EventType] = [
         optional={"step_no": INT, "status": INT, "retry_after": BOOL, "purpose": STR},
     ),
     _e(
+        "agent.model.request.throttled",
+        "A model request waits for the profile's shared rate limit (limit: requests or "
+        "tokens per minute) before it is sent.",
+        required={"turn_no": INT, "limit": STR, "wait_seconds": NUM},
+        optional={"step_no": INT, "purpose": STR},
+    ),
+    _e(
         "agent.model.request.failed",
         "A model request failed: refused (error is the provider's explanation) or still "
         "failing after its retries (retryable: the step is retried later).",

@@ -10,6 +10,7 @@ task's options, its route, the publish settings) worked out once per task and qu
 from __future__ import annotations
 
 import base64
+import bisect
 import os
 import threading
 import uuid
@@ -83,7 +84,7 @@ class RedisListProducer:
             "expiration": expiration,
             **options,
         }
-        if exchange or compression or priority or expiration is not None or not routing_key:
+        if exchange or compression or expiration is not None or not routing_key:
             self._kombu_publish(body, kombu_options)
             return
         message = redis_message(
@@ -93,7 +94,9 @@ class RedisListProducer:
             headers=headers,
             delivery_mode=delivery_mode,
             options=options,
+            priority=priority or 0,
         )
+        key = priority_list(self.app, routing_key, priority or 0)
 
         def done(outcome: list[Any] | Exception) -> None:
             error = redis_round.error_of(outcome, 1)
@@ -102,7 +105,7 @@ class RedisListProducer:
                 self._kombu_publish(body, kombu_options)
 
         # With the other wake-ups of the same commit, in one round trip (redis_round).
-        redis_round.send(self.client, [redis_round.command("lpush", routing_key, message)], done)
+        redis_round.send(self.client, [redis_round.command("lpush", key, message)], done)
 
     def _kombu_publish(self, body: Any, options: dict[str, Any]) -> None:
         """kombu's publish, with its retries, on a connection of its own whose socket
@@ -134,6 +137,7 @@ def redis_message(
     headers: dict[str, Any] | None,
     delivery_mode: int,
     options: dict[str, Any],
+    priority: int = 0,
 ) -> str:
     """The list entry kombu's Redis transport writes for a message on the default exchange
     (``Producer.publish``, then the virtual channel's ``prepare_message`` and
@@ -143,7 +147,7 @@ def redis_message(
     properties = {k: v for k, v in options.items() if k not in _PUBLISH_OPTIONS}
     properties["delivery_mode"] = delivery_mode
     properties["delivery_info"] = {"exchange": "", "routing_key": routing_key}
-    properties["priority"] = 0
+    properties["priority"] = priority
     properties["body_encoding"] = "base64"
     properties["delivery_tag"] = str(uuid.uuid4())
     return _envelope_dumps(
@@ -155,6 +159,17 @@ def redis_message(
             "properties": properties,
         }
     )
+
+
+def priority_list(app: Any, queue: str, priority: int) -> str:
+    """The list kombu's Redis transport keeps a message of ``priority`` in (its
+    ``Channel._q_for_pri``, with the app's ``priority_steps`` and ``sep``)."""
+    if not priority:
+        return queue
+    options = app.conf.broker_transport_options or {}
+    steps = options.get("priority_steps") or [0, 3, 6, 9]
+    step = steps[bisect.bisect(steps, max(0, min(priority, 9))) - 1]
+    return f"{queue}{options.get('sep', chr(6) + chr(22))}{step}" if step else queue
 
 
 def _envelope_dumps(envelope: dict[str, Any]) -> str:
@@ -239,7 +254,7 @@ _plans: dict[tuple[int, str, str], tuple[tuple[Any, ...], _SendPlan | None]] = {
 _origin: tuple[int, str] = (0, "")
 
 
-def task_send(task: Any, args: tuple[Any, ...], *, queue: str) -> str:
+def task_send(task: Any, args: tuple[Any, ...], *, queue: str, priority: int = 0) -> str:
     """Send ``task`` with the positional ``args`` to ``queue``; the message's id.
 
     The message is the one ``task.apply_async(args=args, queue=queue)`` sends (the
@@ -271,6 +286,8 @@ def task_send(task: Any, args: tuple[Any, ...], *, queue: str) -> str:
             argsrepr=repr(args),
             kwargsrepr="{}",
             producer=task_producer(app),
+            # Only a priority of the call's own: none leaves the task's.
+            **({"priority": priority} if priority else {}),
         )
         return str(result.id)
     if plan.typing:
@@ -301,7 +318,9 @@ def task_send(task: Any, args: tuple[Any, ...], *, queue: str) -> str:
         retry_policy=dict(publish["retry_policy"]),
     )
     with plan.producer.connection._reraise_as_library_errors():
-        plan.producer.publish(body, headers=headers, **publish, **properties)
+        plan.producer.publish(
+            body, headers=headers, **publish, **properties, priority=priority or None
+        )
     signals.after_task_publish.send(
         sender=task.name,
         body=body,

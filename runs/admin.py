@@ -36,7 +36,7 @@ from jobs.admin import (
     since,
     status_badge,
 )
-from runs import services
+from runs import priorities, services
 from runs.admin_identities import repository_webhook_path, webhook_secret_rotate
 from runs.agent.budget import budget_used
 from runs.models import (
@@ -221,10 +221,10 @@ class TaskSubmitForm(forms.ModelForm):
         )
 
     def clean_priority(self) -> int:
-        priority = self.cleaned_data["priority"]
-        if not -100 <= priority <= 100:
-            raise forms.ValidationError("between -100 and 100")
-        return int(priority)
+        try:
+            return priorities.parse(self.cleaned_data["priority"])
+        except priorities.PriorityInvalid as exc:
+            raise forms.ValidationError(str(exc)) from exc
 
     def budget(self) -> dict[str, float]:
         return {

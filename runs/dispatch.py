@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from django.db import transaction
 
+from runs import fairness
 from runs.logs import log
 from runs.models import Run
 
@@ -37,11 +38,13 @@ def served_here(*, status: str, source: str) -> bool:
 
 
 def run_wake(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:
-    """Send the message that makes a worker take step ``step_no`` of the run."""
+    """Send the message that makes a worker take step ``step_no`` of the run, at the
+    broker priority of its task's effective priority and its workspace's share now."""
     from jobs.producer import task_send
     from runs.tasks import run_step
 
-    task_send(run_step, (str(run_id), step_no), queue=queue_for(status))
+    priority = fairness.step_priority(run_id)
+    task_send(run_step, (str(run_id), step_no), queue=queue_for(status), priority=priority)
 
 
 def run_wake_on_commit(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:

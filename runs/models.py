@@ -12,6 +12,7 @@ from django.db.models import Q
 
 from jobs import tracing
 from jobs.ids import new_id, short_id
+from runs import priorities
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -88,6 +89,10 @@ class Workspace(models.Model):
     approval_self_high_risk = models.BooleanField(default=False)
     # A name from settings.MODEL_PROFILES; blank uses the installation's default.
     model_profile = models.CharField(max_length=100, blank=True)
+    # Its share of the worker slots against other workspaces with runs (runs.fairness).
+    weight = models.PositiveSmallIntegerField(default=1)
+    # Active runs allowed per task type, e.g. {"dependency_upgrade": 5}; absent: no limit.
+    task_type_limits = models.JSONField(default=dict, blank=True)
     members: models.ManyToManyField[User, Membership] = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="Membership", related_name="workspaces"
     )
@@ -213,6 +218,12 @@ class Repository(models.Model):
     model_profile = models.CharField(max_length=100, blank=True)
     # Pause after planning until a person accepts, edits or rejects the plan.
     plan_review = models.BooleanField(default=False)
+    # The priority class of its tasks that name none (webhooks, API, admin).
+    default_priority = models.SmallIntegerField(
+        choices=priorities.CHOICES, default=priorities.DEFAULT
+    )
+    # Active runs allowed per task type in this repository; absent: no limit.
+    task_type_limits = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -281,7 +292,8 @@ class Task(models.Model):
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.API)
     # Where the task came from outside (issue URL, comment id...), for notifications.
     source_ref = models.JSONField(default=dict, blank=True)
-    priority = models.SmallIntegerField(default=0)
+    # A class of runs.priorities (lower is more urgent); aging applies on top of it.
+    priority = models.SmallIntegerField(choices=priorities.CHOICES, default=priorities.DEFAULT)
     # Plan review for this task: None follows the repository's ``plan_review``.
     plan_review = models.BooleanField(null=True, blank=True, default=None)
     budget = models.JSONField(default=dict, blank=True)
@@ -317,7 +329,7 @@ class Task(models.Model):
             models.Index(fields=["-created_at", "id"], name="task_created"),
             # The re-admission queue of a workspace, in the order it is admitted.
             models.Index(
-                fields=["workspace", "-priority", "created_at"],
+                fields=["workspace", "priority", "created_at"],
                 condition=Q(status="deferred"),
                 name="task_deferred_queue",
             ),

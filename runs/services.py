@@ -28,7 +28,7 @@ from jobs.db_rows import (
     execute_together,
     instance_new,
 )
-from runs import dispatch
+from runs import dispatch, priorities, type_limits
 from runs.identities import idempotency_key_reserved, requested_by_user
 from runs.logs import log
 from runs.models import (
@@ -338,7 +338,7 @@ def task_submit(
     risk_level: str = Task.Risk.LOW,
     task_type: str = "change",
     target_branch: str = "",
-    priority: int = 0,
+    priority: int | str | None = None,
     budget: dict[str, Any] | None = None,
     model_options: dict[str, Any] | None = None,
     source_ref: dict[str, Any] | None = None,
@@ -353,6 +353,10 @@ def task_submit(
         raise CommandRefused("repository_not_in_workspace", "repository is not in this workspace")
     if not instruction.strip():
         raise CommandRefused("instruction_empty", "instruction must not be empty")
+    try:
+        priority = priorities.submitted(priority, repository)
+    except priorities.PriorityInvalid as exc:
+        raise CommandRefused("priority_invalid", str(exc)) from exc
     if source != Task.Source.WEBHOOK and idempotency_key_reserved(idempotency_key):
         raise IdempotencyKeyReserved()
     profile = (
@@ -401,7 +405,9 @@ def task_submit(
     # lane, then alone under the exclusive lock.
     attempts: list[Any] = []
     admits_in_lane = _lanes_may_admit(workspace, repository)
-    if _lanes():
+    # A limited task type is counted under the exclusive lock only (runs.type_limits).
+    in_lanes = not type_limits.applies(workspace, repository, task_type)
+    if in_lanes and _lanes():
         attempts.append(
             functools.partial(_task_create, exclusive=False, admits_in_lane=admits_in_lane)
         )
@@ -458,6 +464,8 @@ def _task_create(
         refusal = admission_check(
             workspace=ws, repository=repository, lane=not exclusive, reserve=admits_in_lane
         )
+        if exclusive and refusal is None:
+            refusal = type_limits.refusal(ws, repository, fields["task_type"])
         if not exclusive and not admits_in_lane and refusal is None:
             raise _NearLimit()  # it fits by the exact count: decided alone
         if not exclusive and admits_in_lane and refusal is not None:
@@ -578,7 +586,8 @@ def _idempotent_replay(workspace: Workspace, key: str, fingerprint: str) -> Subm
 
 def tasks_readmit(*, workspace_id: int | None = None, batch: int = 100) -> int:
     """Start runs for deferred tasks as far as capacity allows now: per workspace (one, or
-    every workspace with deferred tasks), highest priority and oldest first.
+    every workspace with deferred tasks), most urgent effective priority (aged, see
+    runs.priorities) and oldest first.
 
     Each pass holds the workspace's exclusive admission lock, counts its free capacity
     once and admits up to ``batch`` tasks; passes repeat while a whole batch went in. A
@@ -622,6 +631,7 @@ def _workspace_readmit(workspace_id: int, batch: int) -> int:
             .values_list("repository_id", "n")
         )
         full: set[int] = set()
+        by_type = type_limits.Readmission.start(ws)
         admitted = 0
         while admitted < room:
             candidates = list(
@@ -629,7 +639,8 @@ def _workspace_readmit(workspace_id: int, batch: int) -> int:
                 .select_related("repository")
                 .filter(workspace=ws, status=Task.Status.DEFERRED)
                 .exclude(repository_id__in=full)
-                .order_by("-priority", "created_at")[: room - admitted]
+                .exclude(by_type.exclusion())
+                .order_by(*priorities.readmission_order())[: room - admitted]
             )
             if not candidates:
                 break
@@ -639,6 +650,8 @@ def _workspace_readmit(workspace_id: int, batch: int) -> int:
                     continue
                 if per_repository.get(repository.pk, 0) >= repository.max_active_runs:
                     full.add(repository.pk)
+                    continue
+                if not by_type.admits(repository, task.task_type):
                     continue
                 # A deferred follow-up carries its feedback into the run it was waiting for.
                 feedback = task.pending_feedback

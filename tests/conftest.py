@@ -486,3 +486,8 @@ def broker_at() -> Iterator[Callable[[str | None], None]]:
 
     yield point
     point(original)
+
+
+def queue_lists(queue: str) -> list[str]:
+    """The Redis lists of a queue: kombu keeps one per priority step (runs.priorities)."""
+    return [queue, *(f"{queue}\x06\x16{step}" for step in range(1, 10))]

@@ -42,7 +42,7 @@ def _form(repository: Any, **extra: Any) -> dict[str, Any]:
         "execution_mode": "supervised_pr",
         "risk_level": "high",
         "target_branch": "",
-        "priority": "5",
+        "priority": "10",
         "agent_attempts": "2",
         "model_turns": "",
         "cost_usd": "0.5",
@@ -75,7 +75,7 @@ def test_internal_fields_posted_anyway_are_ignored(client: Any, repository: Any)
     task = Task.objects.get()
     assert (task.status, task.idempotency_key, task.usage) == ("running", None, {})
     assert (task.source, task.requested_by) == ("admin", "oncall")
-    assert (task.execution_mode, task.risk_level, task.priority) == ("supervised_pr", "high", 5)
+    assert (task.execution_mode, task.risk_level, task.priority) == ("supervised_pr", "high", 10)
     assert task.budget == {"agent_attempts": 2, "cost_usd": 0.5}
     assert task.workspace_id == repository.workspace_id
     # Submitted exactly like the API: a run, the submission events, an outbox entry.

@@ -60,7 +60,7 @@ def test_submission_over_the_limit_is_deferred_with_the_reason(member_client, wo
 
 
 def test_same_key_and_body_returns_the_original_response(member_client, repo):
-    request = {"repository": repo.pk, "instruction": "Fix add()", "priority": 3}
+    request = {"repository": repo.pk, "instruction": "Fix add()", "priority": 10}
     first = _submit(member_client, request, key="abc-1")
     # The task moves on; the replay still answers what the submission answered.
     Run.objects.update(status=Run.Status.FAILED)

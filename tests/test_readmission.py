@@ -126,7 +126,7 @@ def test_higher_priority_goes_first_then_the_oldest():
     workspace = repository.workspace
     submit(repository, 0)
     submit(repository, 1)
-    submit(repository, 2, priority=5)
+    submit(repository, 2, priority=50)
     submit(repository, 3)
     end_runs(workspace)
     workspace.max_active_runs = 2

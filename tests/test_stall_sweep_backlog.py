@@ -15,6 +15,12 @@ from tests.factories import TaskFactory
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def _agent_depth(queue: redis.Redis) -> int:
+    """Messages on the agent queue, in every one of its priority lists."""
+    keys = ["agent", *(f"agent\x06\x16{step}" for step in range(1, 10))]
+    return sum(queue.llen(key) for key in keys)
+
+
 def test_stall_sweep_does_not_multiply_wakeups_of_waiting_runs(workspace, own_redis, broker_at):
     broker_at(own_redis.url)  # no worker listens there: every message stays queued
     long_ago = timezone.now() - timedelta(minutes=10)
@@ -27,7 +33,7 @@ def test_stall_sweep_does_not_multiply_wakeups_of_waiting_runs(workspace, own_re
     depths = []
     for _ in range(5):
         run_recover_stalled(stall_after=stall)
-        depths.append(queue.llen("agent"))
+        depths.append(_agent_depth(queue))
     assert depths == [20, 20, 20, 20, 20]
 
     # Still nobody took them after the first wait: one more each, then a longer wait.
@@ -36,5 +42,5 @@ def test_stall_sweep_does_not_multiply_wakeups_of_waiting_runs(workspace, own_re
     Run.objects.update(woken_at=timezone.now() - 2 * stall - timedelta(seconds=1))
     assert run_recover_stalled(stall_after=stall) == 20
     assert run_recover_stalled(stall_after=stall) == 0
-    assert queue.llen("agent") == 40
+    assert _agent_depth(queue) == 40
     assert set(Run.objects.values_list("wakes", flat=True)) == {2}

@@ -22,6 +22,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from jobs import tracing
+from runs import priorities
 from runs.models import PullRequest, Repository, Task
 from runs.services import (
     CommandRefused,
@@ -145,7 +146,13 @@ def _agent_pr(
 
 
 def _submit(
-    *, repository: Repository, instruction: str, key: str, by: str, source_ref: dict[str, Any]
+    *,
+    repository: Repository,
+    instruction: str,
+    key: str,
+    by: str,
+    source_ref: dict[str, Any],
+    priority: int | None = None,
 ) -> Outcome:
     try:
         submission = task_submit(
@@ -153,6 +160,7 @@ def _submit(
             repository=repository,
             instruction=instruction,
             source=Task.Source.WEBHOOK,
+            priority=priority,
             requested_by=by,
             idempotency_key=key,
             model_options=dict(settings.WEBHOOK_TASK_MODEL_OPTIONS),
@@ -294,6 +302,9 @@ def github_issues(delivery: Delivery) -> Outcome:
             key=_github_issue_key(full_name, number),
             by=by,
             source_ref=source_ref,
+            priority=priorities.from_labels(
+                [str(x.get("name")) for x in issue.get("labels") or [] if isinstance(x, dict)]
+            ),
         ),
     )
 
@@ -627,6 +638,7 @@ def gitlab_issue(delivery: Delivery) -> Outcome:
             key=_gitlab_issue_key(path, iid),
             by=by,
             source_ref=source_ref,
+            priority=priorities.from_labels(current),
         ),
     )
 

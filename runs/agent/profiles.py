@@ -69,6 +69,10 @@ class ModelProfile:
     prompt_caching: bool = False
     # Condense older turns into a summary the model writes, rather than a list of calls.
     condense_summary: bool = False
+    # Requests and tokens per minute the provider allows this profile, shared by every
+    # worker through Redis (runs.ratelimits); 0: no limit of ours.
+    rpm: int = 0
+    tpm: int = 0
 
     def cost(self, tokens_in: int, tokens_out: int, tokens_cached: int = 0) -> Decimal:
         """US dollars for one reply; cached prompt tokens are billed at the cached price."""
@@ -256,6 +260,8 @@ def profile_build(name: str, spec: dict[str, Any]) -> ModelProfile:
         "api_key_env": str(spec.get("api_key_env", "")),
         "text_tool_calls": bool(spec.get("text_tool_calls", False)),
         "condense_summary": bool(spec.get("condense_summary", False)),
+        "rpm": int(spec.get("rpm") or 0),
+        "tpm": int(spec.get("tpm") or 0),
     }
     for key in ("context_window", "max_output_tokens"):
         if spec.get(key):

@@ -33,10 +33,12 @@ from runs.providers.base import (
     RetryNotice,
     StreamProgress,
 )
+from runs.ratelimits import Wait
 from runs.spend import workspace_spend_add
 
 PROBLEM_EVENT = "agent.model.error"
 RETRIED_EVENT = "agent.model.request.retried"
+THROTTLED_EVENT = "agent.model.request.throttled"
 FAILED_EVENT = "agent.model.request.failed"
 PROGRESS_EVENT = "agent.model.stream.progress"
 
@@ -96,7 +98,14 @@ def _observer(ctx: StepContext, *, turn_no: int, purpose: str) -> ProviderObserv
             },
         )
 
-    return ProviderObserver(retry=retried, progress=progressed)
+    def throttled(wait: Wait) -> None:
+        _record_now(
+            ctx,
+            THROTTLED_EVENT,
+            {**where, "limit": wait.limit, "wait_seconds": round(wait.wait_seconds, 3)},
+        )
+
+    return ProviderObserver(retry=retried, progress=progressed, rate_wait=throttled)
 
 
 def _failed(ctx: StepContext, exc: ModelError, *, turn_no: int, purpose: str) -> dict[str, Any]:

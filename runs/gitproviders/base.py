@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from runs import ratelimits
 from runs.agent import platform_git
 from runs.models import Repository
 from runs.repositories import CloneUrlRefused, clone_url_check_before_use
@@ -117,6 +118,7 @@ def api_request(
     retried with full jitter, and what still fails is a retryable GitProviderError."""
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
+            ratelimits.git_acquire(service, client.base_url.host)
             response = client.request(method, path, **kwargs)
         except httpx.TransportError as exc:
             if attempt == MAX_ATTEMPTS:

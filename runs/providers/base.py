@@ -71,6 +71,8 @@ class ProviderObserver:
 
     retry: Callable[[RetryNotice], None] = lambda notice: None
     progress: Callable[[StreamProgress], None] = lambda progress: None
+    # A wait for a shared rate limit (runs.ratelimits.Wait) before a request.
+    rate_wait: Callable[[Any], None] = lambda wait: None
 
 
 @dataclass

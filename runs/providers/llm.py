@@ -35,6 +35,7 @@ import openai
 from django.conf import settings
 from django.db import connection
 
+from runs import ratelimits
 from runs.agent.profiles import ModelProfile, tokens_estimate
 from runs.providers.base import (
     ContextLengthExceeded,
@@ -232,6 +233,10 @@ class LiteLLMProvider(ModelProvider):
         while True:
             attempt += 1
             try:
+                # Shared with every worker through Redis: waits, never fails.
+                ratelimits.model_acquire(
+                    self.profile, messages=messages, tools=tools, on_wait=self.observer.rate_wait
+                )
                 body = self._call(params)
                 return self._parse(
                     body, messages=params["messages"], turn_tag=f"{purpose}-{turn_index}"

@@ -40,7 +40,7 @@ def test_each_listed_task_is_rendered_as_its_detail_renders_it(member) -> None:
         status_reason="workspace at its limit",
         budget={"cost_usd": 0.5},
         usage={"model_turns": 3},
-        priority=-7,
+        priority=200,
         target_branch="release",
     )
     listed = {row["id"]: row for row in api_client_for(user).get("/api/tasks/").json()["results"]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import generics, serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
@@ -17,9 +17,31 @@ from agentplatform.api.rows import ListRows
 from agentplatform.api.scoping import workspace_ids_for
 from agentplatform.api.selectors import repository_of_member, submission_outcome
 from agentplatform.api.strict import StrictInput, ThreadFieldsInput
+from runs import fairness, priorities
 from runs.identities import idempotency_key_reserved
 from runs.models import Repository, Task, Workspace
 from runs.services import IdempotencyKeyReserved, Submission, task_submit
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "enum": sorted(priorities.CLASSES.values())},
+            {"type": "string", "enum": list(priorities.CLASSES)},
+        ]
+    }
+)
+class PriorityField(serializers.Field):
+    """A priority class by number or name; the number."""
+
+    def to_internal_value(self, data: Any) -> int:
+        try:
+            return priorities.parse(data)
+        except priorities.PriorityInvalid as exc:
+            raise ValidationError(str(exc)) from exc
+
+    def to_representation(self, value: int) -> int:
+        return value
 
 
 class TaskOutputSerializer(serializers.ModelSerializer):
@@ -115,7 +137,12 @@ class TaskCollectionApi(generics.ListAPIView):
             choices=Task.Mode.choices, default=Task.Mode.AUTONOMOUS_PR
         )
         target_branch = serializers.CharField(max_length=200, default="", allow_blank=True)
-        priority = serializers.IntegerField(min_value=-100, max_value=100, default=0)
+        priority = PriorityField(
+            required=False,
+            help_text="A class by name or number: emergency 0, security 10, interactive 50,"
+            " normal 100, batch 200, maintenance 500 (lower is more urgent). Default: the"
+            " repository's default_priority.",
+        )
         budget = TaskBudgetInputSerializer(
             required=False, help_text="Overrides of the default budget; any key may be left out."
         )
@@ -194,7 +221,7 @@ class TaskCollectionApi(generics.ListAPIView):
             risk_level=data["risk_level"],
             task_type=data["task_type"],
             target_branch=data["target_branch"],
-            priority=data["priority"],
+            priority=data.get("priority"),
             budget=dict(data.get("budget") or {}),
             model_options=data["model_options"],
             plan_review=data.get("plan_review"),
@@ -209,10 +236,29 @@ class TaskCollectionApi(generics.ListAPIView):
         )
 
 
+class TaskDetailSerializer(TaskOutputSerializer):
+    effective_priority = serializers.SerializerMethodField(
+        help_text="The priority class less one per 30 minutes waited (lower is more urgent)."
+    )
+    queue_position = serializers.SerializerMethodField(
+        help_text="A deferred task's place in its workspace's re-admission order (1: next)."
+    )
+
+    class Meta(TaskOutputSerializer.Meta):
+        fields = [*TaskOutputSerializer.Meta.fields, "effective_priority", "queue_position"]
+        read_only_fields = fields
+
+    def get_effective_priority(self, task: Task) -> int:
+        return priorities.effective(task.priority, task.created_at)
+
+    def get_queue_position(self, task: Task) -> int | None:
+        return fairness.queue_position(task)
+
+
 class TaskDetailApi(generics.RetrieveAPIView):
     """One task of the caller's workspaces."""
 
-    serializer_class = TaskOutputSerializer
+    serializer_class = TaskDetailSerializer
     lookup_field = "pk"
 
     def get_queryset(self) -> QuerySet[Task]:
