@@ -197,7 +197,8 @@ def database_backend_terminate() -> None:
 
 
 class WorkerProcess:
-    """A real Celery worker (prefork) in its own process group, on the test database."""
+    """A real Celery worker (prefork unless told) in its own process group, on the test
+    database."""
 
     def __init__(
         self,
@@ -206,6 +207,7 @@ class WorkerProcess:
         queues: str,
         concurrency: int,
         env: dict[str, str] | None = None,
+        pool: str = "prefork",
     ) -> None:
         self.name = name
         self.log_path = log_dir / f"worker-{name}.log"
@@ -232,7 +234,7 @@ class WorkerProcess:
                 "-c",
                 str(concurrency),
                 "-P",
-                "prefork",
+                pool,
                 "--loglevel",
                 "INFO",
                 "-n",
@@ -287,8 +289,9 @@ def start_worker(tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
         queues: str = "agent,verify,events,webhooks",
         concurrency: int = 2,
         env: dict[str, str] | None = None,
+        pool: str = "prefork",
     ) -> WorkerProcess:
-        worker = WorkerProcess(name, tmp_path, queues, concurrency, env)
+        worker = WorkerProcess(name, tmp_path, queues, concurrency, env, pool)
         workers.append(worker)
         return worker
 

@@ -272,3 +272,14 @@ def short_fix_script(python: str = "python3") -> dict[str, Any]:
             },
         ],
     }
+
+
+def realistic_fix_script(python: str = "python3") -> dict[str, Any]:
+    """A run as a model makes it, six requests: the plan, a read, the edit, the tests,
+    finish, and the judge's verdict."""
+    short = short_fix_script(python)
+    read = {
+        "content": "Reading the function first.",
+        "tool_calls": [{"name": "read_file", "arguments": {"path": "calc/core.py"}}],
+    }
+    return {**short, "turns": [read, *short["turns"]]}
