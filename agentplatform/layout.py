@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 # 1 MB of the worker's memory and nothing else; 200 on a 2-core host is the figure
 # the benchmark measures (docs/capacity.md).
 AGENT_THREADS = 200
+# Web processes of a host (``python -m agentplatform.web --workers``): one serves several
+# hundred submissions a second, and each holds up to WEB_THREADS + 2 connections.
+WEB_PROCESSES = 1
 # The agent worker's connection pool: a model wait gives its connection back, so this
 # covers the steps doing database work and running commands at one moment.
 AGENT_DATABASE_POOL = 8
