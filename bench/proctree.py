@@ -135,3 +135,10 @@ def _parents_first(table: dict[int, Proc], roots: list[int]) -> list[Proc]:
         out.append(table[pid])
         queue.extend(children.get(pid, []))
     return out
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (every core, /proc/stat)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / TICK
