@@ -182,6 +182,7 @@ class Sampler:
         self.in_flight: list[int] = []
         self.connections: list[int] = []
         self.memory: list[int] = []
+        self.memory_idle = 0
         self.children = proctree.ChildSampler()
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -251,6 +252,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         token, repository = host.scope()
         time.sleep(3)  # start-up work (beat's first ticks, pools filling) settles
         sampler = Sampler(host)
+        idle = proctree.platform_processes(proctree.processes(), host.pids("worker-"))
+        sampler.memory_idle = sum(proctree.pss_bytes(p.pid) for p in idle)
         before = cpu_accounts(host)
         sent_before = traffic(host)
         busy_before = proctree.machine_busy_seconds()
@@ -339,7 +342,9 @@ def report(
         "in_flight_peak": max(sampler.in_flight, default=0),
         "connections_peak": max(sampler.connections, default=0),
         "worker_memory_peak_mb": max(sampler.memory, default=0) / 2**20,
-        "memory_per_run_mb": max(sampler.memory, default=0)
+        "worker_memory_idle_mb": sampler.memory_idle / 2**20,
+        # What a run in flight adds: the peak over the idle workers, per run at the peak.
+        "memory_per_run_mb": (max(sampler.memory, default=0) - sampler.memory_idle)
         / 2**20
         / max(1, max(sampler.in_flight, default=1)),
         "model_requests": turns,
@@ -370,8 +375,9 @@ def render(result: dict[str, Any]) -> str:
         f"{result['cpu_work_per_core_s']:.1f} s)",
         f"runs waiting on the model: peak {result['waiting_peak']}, mean "
         f"{result['waiting_mean']:.1f}; runs in flight, peak {result['in_flight_peak']}",
-        f"worker memory {result['worker_memory_peak_mb']:.0f} MB at the peak, "
-        f"{result['memory_per_run_mb']:.1f} MB per run in flight",
+        f"worker memory {result['worker_memory_peak_mb']:.0f} MB at the peak "
+        f"({result['worker_memory_idle_mb']:.0f} MB idle), "
+        f"{result['memory_per_run_mb']:.1f} MB more per run in flight",
         f"platform CPU per model turn (Python, PostgreSQL, Redis): "
         f"{result['platform_cpu_per_turn_ms']:.1f} ms over {result['model_requests']} requests",
         f"ended: {result['ended']}; the rest of the machine was busy on "
