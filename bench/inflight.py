@@ -216,17 +216,19 @@ class Sampler:
 
 def cpu_accounts(host: Host) -> dict[str, float]:
     table = proctree.processes()
-    web_own, web_children = proctree.tree_cpu(table, host.pids("web", "beat"))
-    worker_own, worker_children = proctree.tree_cpu(table, host.pids("worker-"))
-    postgres = sum(p.own + p.reaped for p in proctree.descendants(table, [host.postgres_pid()]))
+    accounts: dict[str, float] = {}
+    children = 0.0
+    for name in host.children:
+        own, theirs = proctree.tree_cpu(table, host.pids(name))
+        accounts[f"Python: {name}"] = own
+        children += theirs
+    accounts["platform children"] = children
+    postgres = proctree.descendants(table, [host.postgres_pid()])
+    accounts["PostgreSQL"] = sum(p.own + p.reaped for p in postgres)
     redis_pid = host.redis.process.pid if host.redis.process else 0
-    redis = sum(p.own + p.reaped for p in proctree.descendants(table, [redis_pid]))
-    return {
-        "platform Python": web_own + worker_own,
-        "platform children": web_children + worker_children,
-        "PostgreSQL": postgres,
-        "Redis": redis,
-    }
+    redis = proctree.descendants(table, [redis_pid])
+    accounts["Redis"] = sum(p.own + p.reaped for p in redis)
+    return accounts
 
 
 def traffic(host: Host) -> dict[str, float]:
@@ -276,6 +278,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         # What else ran on the machine meanwhile (other users of a shared machine, this
         # benchmark's own model server and sampling): cores the platform did not have.
         result["other_load_cores"] = max(0.0, busy - sum(result["cpu_s"].values())) / wall
+        left = max(0.1, result["cores"] - result["other_load_cores"])
+        result["limit_on_cores_left_s"] = max(
+            result["one_run_model_s"], result["cpu_work_per_core_s"] * result["cores"] / left
+        )
         sent = traffic(host)
         result["per_run"] = {k: (sent[k] - sent_before[k]) / args.runs for k in sent}
         return result
@@ -323,7 +329,8 @@ def report(
     limit = max(model_time, total / cores)
     completed = ended.get("completed", 0)
     turns = len(host.model.requests())
-    own = cpu["platform Python"] + cpu["PostgreSQL"] + cpu["Redis"]
+    own = sum(v for k, v in cpu.items() if k.startswith("Python")) + cpu["PostgreSQL"]
+    own += cpu["Redis"]
     waiting = sampler.waiting
     return {
         "runs": args.runs,
@@ -381,7 +388,8 @@ def render(result: dict[str, Any]) -> str:
         f"platform CPU per model turn (Python, PostgreSQL, Redis): "
         f"{result['platform_cpu_per_turn_ms']:.1f} ms over {result['model_requests']} requests",
         f"ended: {result['ended']}; the rest of the machine was busy on "
-        f"{result.get('other_load_cores', 0):.2f} cores meanwhile",
+        f"{result.get('other_load_cores', 0):.2f} cores meanwhile: on the cores left, the "
+        f"limit was {result.get('limit_on_cores_left_s', 0):.1f} s",
         "per run: " + ", ".join(f"{k} {v:.0f}" for k, v in result.get("per_run", {}).items()),
         "CPU per run, where it goes: "
         + ", ".join(f"{k} {v / result['runs']:.3f} s" for k, v in result["cpu_s"].items()),
