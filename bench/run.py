@@ -38,17 +38,7 @@ from runs.management.process_groups import process_groups_stop
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 GITHUB_SECRET = "bench-webhook-secret"
-MEASUREMENTS = [
-    "steps",
-    "wake",
-    "relay",
-    "web",
-    "scale",
-    "idle",
-    "e2e",
-    "capacity",
-    "inflight",
-]
+MEASUREMENTS = ["steps", "wake", "relay", "web", "scale", "idle", "e2e", "capacity", "inflight"]
 
 
 # --- figures and the table -----------------------------------------------------------------
