@@ -4,7 +4,7 @@ The workers are production's layout of one host (``agentplatform.layout``): a th
 worker for ``agent`` where runs wait on their model, a prefork worker per core for
 ``verify``, and one for ``events,webhooks``.
 
-Ctrl-C (or SIGTERM) stops all three cleanly, and then the embedded PostgreSQL and Valkey
+Ctrl-C (or SIGTERM) stops them all cleanly, and then the embedded PostgreSQL and Valkey
 when no other ``serve`` or ``demo`` of the checkout holds them. For local use; in
 production run each process under your supervisor of choice (see the README).
 """
