@@ -497,6 +497,11 @@ SANDBOX_CPUS = _env_value("SANDBOX_CPUS", float, 1.0)
 SANDBOX_HOST_UID = _env_value("SANDBOX_HOST_UID", int, -1)
 SANDBOX_HOST_GID = _env_value("SANDBOX_HOST_GID", int, -1)
 SANDBOX_CGROUP_ROOT = _env_value("SANDBOX_CGROUP_ROOT", str, "")
+# Sandboxed commands running at once on this host, across every worker process and
+# thread (runs.agent.slots; 0: one per core), and the directory of their lock files,
+# which every worker of the host must share. Runs waiting on their model hold no slot.
+SANDBOX_CPU_SLOTS = _env_value("SANDBOX_CPU_SLOTS", int, 0)
+SANDBOX_CPU_SLOTS_DIR = Path(_env_value("SANDBOX_CPU_SLOTS_DIR", str, str(VAR_DIR / "cpu-slots")))
 
 # --- Git provider webhooks ------------------------------------------------------------
 

@@ -197,7 +197,8 @@ def database_backend_terminate() -> None:
 
 
 class WorkerProcess:
-    """A real Celery worker (prefork) in its own process group, on the test database."""
+    """A real Celery worker (prefork unless told) in its own process group, on the test
+    database."""
 
     def __init__(
         self,

@@ -151,3 +151,18 @@ def test_bench_judges_targets_on_unrounded_figures() -> None:
     table = Table()
     table.figures = [short, idle, Figure("9. consumers", "", [0.1])]
     assert "- targets met: 1 of 2; missed: 5. submissions" in table.render()
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_bench_inflight_reports_each_figure_against_its_target() -> None:
+    table = _bench_tiny("inflight")
+    for label in (
+        "runs waiting on the model, peak",
+        "wall clock / physical limit",
+        "PostgreSQL connections, peak",
+        "whole-machine CPU per run",
+        "CPU per run, where it goes: Python: web",
+    ):
+        assert label in table
+    assert "| runs completed | 10.00 | >= 10 | met |" in table

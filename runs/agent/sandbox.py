@@ -20,13 +20,15 @@ import stat
 import subprocess
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 
 from runs.agent.backends import CommandSpec, Limits, SandboxBackend, backend_get
+from runs.agent.slots import SlotWaitCancelled, cpu_slot
 
 # Host variables a command may inherit from the worker: locale only. Tokens, keys and
 # database URLs of the platform never reach the repository's code.
@@ -203,11 +205,11 @@ class LocalSandbox(Sandbox):
             network=network,
             readonly_mounts=dict(self.readonly_mounts),
         )
-        started = time.monotonic()
         log_path = self.root / f".{self.path.name}.out"
         self.root.mkdir(parents=True, exist_ok=True)
         timed_out = cancelled = too_large = False
-        with open(log_path, "w+b") as log:
+        with open(log_path, "w+b") as log, self._slot(should_stop):
+            started = time.monotonic()  # the wait for a slot is not the command's time
             process = self.backend.start(spec, log)
             try:
                 next_watch = started + WATCH_INTERVAL_SECONDS
@@ -254,6 +256,16 @@ class LocalSandbox(Sandbox):
             timed_out=timed_out,
             truncated=truncated,
         )
+
+    @contextmanager
+    def _slot(self, should_stop: Callable[[], bool] | None) -> Iterator[None]:
+        # The command waits for a CPU slot of the host (runs.agent.slots) before it
+        # starts, and holds it until its whole tree is killed.
+        try:
+            with cpu_slot(should_stop):
+                yield
+        except SlotWaitCancelled as exc:
+            raise CommandCancelled("command stopped: run cancelled") from exc
 
     def _too_large(self) -> bool:
         cap = self.limits.workspace_bytes

@@ -22,6 +22,7 @@ from runs.agent.profiles import (
     profile_name_for,
 )
 from runs.agent.tools import tool_call_problem
+from runs.agent.waits import connections_release_for_wait
 from runs.engine import StepContext, StepFailed, TransientStepError
 from runs.models import ModelTurn, Run
 from runs.providers import ModelReply, provider_for_profile
@@ -166,6 +167,7 @@ def turn_obtain(
         turn_key=f"{ctx.run.pk}:{ctx.step_no}:{turn_no}",
         observer=_observer(ctx, turn_no=turn_no, purpose=purpose),
     )
+    connections_release_for_wait()
     started = time.monotonic()
     try:
         reply = provider.complete(

@@ -46,8 +46,13 @@ def _tokens(payload: Any) -> int:
 
 
 class ScriptedModelServer:
-    def __init__(self, script: dict[str, Any]) -> None:
+    def __init__(self, script: dict[str, Any], *, latency: float = 0.0) -> None:
         self.script = script
+        # Seconds each answer takes, as a hosted model's turn does; the requests being
+        # answered at once (``in_flight``, its ``peak``) are the runs waiting on the model.
+        self.latency = latency
+        self.in_flight = 0
+        self.peak = 0
         self.port = free_port()
         self.lock = threading.Lock()
         self.log: list[ModelRequest] = []
@@ -69,6 +74,15 @@ class ScriptedModelServer:
                             self.headers.get("Idempotency-Key") or "", time.time(), position
                         )
                     )
+                with server.lock:
+                    server.in_flight += 1
+                    server.peak = max(server.peak, server.in_flight)
+                try:
+                    if server.latency:
+                        time.sleep(server.latency)
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
                 payload = json.dumps(server.reply(body, position)).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")

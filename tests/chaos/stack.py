@@ -290,3 +290,17 @@ def short_fix_script(python: str = "python3") -> dict[str, Any]:
             },
         ],
     }
+
+
+def realistic_fix_script(python: str = "python3") -> dict[str, Any]:
+    """A run as a model makes it, six requests: the plan, two reads (the code, its
+    tests), the edit, the tests, finish."""
+    short = short_fix_script(python)
+    reads = [
+        {
+            "content": f"Reading {path} first.",
+            "tool_calls": [{"name": "read_file", "arguments": {"path": path}}],
+        }
+        for path in ("calc/core.py", "tests/test_core.py")
+    ]
+    return {**short, "turns": [*reads, *short["turns"]]}

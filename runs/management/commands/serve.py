@@ -1,6 +1,10 @@
-"""``make serve``: web (uvicorn, ASGI), a Celery worker and beat, in the foreground.
+"""``make serve``: web (uvicorn, ASGI), the host's Celery workers and beat, in the foreground.
 
-Ctrl-C (or SIGTERM) stops all three cleanly, and then the embedded PostgreSQL and Valkey
+The workers are production's layout of one host (``agentplatform.layout``): a threads
+worker for ``agent`` where runs wait on their model, a prefork worker per core for
+``verify``, and one for ``events,webhooks``.
+
+Ctrl-C (or SIGTERM) stops them all cleanly, and then the embedded PostgreSQL and Valkey
 when no other ``serve`` or ``demo`` of the checkout holds them. Killed (even by SIGKILL),
 its children stop on their parent-death signal and its watchdog stops what remains,
 the embedded servers included; what a killed serve left is swept at the next start
@@ -21,17 +25,19 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from agentplatform import embedded, supervision
+from agentplatform import embedded, layout, supervision
 from runs.management.process_groups import process_groups_stop
 
 
 class Command(BaseCommand):
-    help = "Run the web server, a worker and beat in the foreground (Ctrl-C stops them)."
+    help = "Run the web server, the workers and beat in the foreground (Ctrl-C stops them)."
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
-        parser.add_argument("--concurrency", type=int, default=2)
+        # Runs kept in flight (threads of the agent worker) and processes for tests.
+        parser.add_argument("--agent-threads", type=int, default=layout.AGENT_THREADS)
+        parser.add_argument("--verify-processes", type=int, default=0)
 
     def handle(self, *args: Any, **options: Any) -> None:
         supervision.die_with_make()
@@ -66,21 +72,16 @@ class Command(BaseCommand):
                 "--port",
                 str(options["port"]),
             ],
-            "worker": [
-                *celery,
-                "worker",
-                "-Q",
-                "agent,verify,events,webhooks",
-                "-c",
-                str(options["concurrency"]),
-                "--without-heartbeat",
-                "--without-gossip",
-                "--without-mingle",
-                "--loglevel",
-                "INFO",
-            ],
             "beat": [*celery, "beat", "--loglevel", "INFO"],
         }
+        environments: dict[str, dict[str, str]] = {}
+        for worker in layout.host_workers(
+            agent_threads=options["agent_threads"],
+            verify_processes=options["verify_processes"],
+        ):
+            name = f"worker-{worker.name}"
+            commands[name] = worker.argv(sys.executable)
+            environments[name] = {**os.environ, **worker.env}
         # Files of processes that are gone would be summed forever (live ones stay: a
         # second stack may share the directory).
         from agentplatform.metrics import multiprocess_dir_reset
@@ -98,7 +99,9 @@ class Command(BaseCommand):
         for name, argv in commands.items():
             # Own process groups: Ctrl-C reaches us once, and we stop each child in order;
             # SIGTERM from the kernel if we die without stopping them.
-            children[name] = supervision.spawn(argv, cwd=Path(settings.BASE_DIR))
+            children[name] = supervision.spawn(
+                argv, cwd=Path(settings.BASE_DIR), env=environments.get(name)
+            )
             pid_file.add(name, children[name].pid)
         self.stdout.write(
             f"agentplatform on http://{options['host']}:{options['port']}/ "
