@@ -208,11 +208,12 @@ PRODUCTION = not EMBEDDED
 # A message unacknowledged this long is redelivered by Redis; the run lease and the
 # reaper recover crashed steps much sooner, this is only the broker's own net.
 # Ten priority lists per queue, served lowest first (runs.priorities: a step's class,
-# aged, and its workspace's share decide its list).
+# aged, and its workspace's share decide its list). The queues themselves keep kombu's
+# round robin: a worker of "events" also serves "relay", which must never wait behind
+# the events backlog.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": 3600,
     "priority_steps": list(range(10)),
-    "queue_order_strategy": "priority",
 }
 
 CELERY_RESULT_BACKEND = "django-db"

@@ -6,10 +6,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from celery import signals
 from celery.utils.saferepr import saferepr
 
 from runs.dispatch import run_wake
+
+# A wake-up reads its run's priority class (runs.fairness).
+pytestmark = pytest.mark.django_db
 
 
 def test_the_wake_up_carries_celerys_own_repr_of_its_arguments() -> None:
