@@ -51,6 +51,8 @@ class FakeGitHub:
         ]
         self.attempts: list[str] = []
         self.authorization: list[str] = []
+        # The host the next-page link names (another origin when not the API's own).
+        self.next_host = "127.0.0.1"
 
 
 @pytest.fixture
@@ -77,7 +79,7 @@ def github(settings) -> Iterator[FakeGitHub]:
                 return self._json(404, {"message": "Not Found"})
             if "cursor=page2" in self.path:
                 return self._json(200, fake.pages[1])
-            base = f"http://127.0.0.1:{self.server.server_port}"
+            base = f"http://{fake.next_host}:{self.server.server_port}"
             page2 = f"{base}/repos/octo/app/hooks/42/deliveries?per_page=100&cursor=page2"
             link = f'<{page2}>; rel="next"'
             return self._json(200, fake.pages[0], {"Link": link})
@@ -118,3 +120,10 @@ def test_dry_run_sends_nothing(github):
     call_command("webhooks_redeliver", "octo/app", "42", "--dry-run", stdout=out)
     assert github.attempts == []
     assert "would redeliver 2" in out.getvalue()
+
+
+def test_a_next_page_link_to_another_host_gets_no_token(github):
+    github.next_host = "localhost"  # the same listener, but not the API's origin
+    call_command("webhooks_redeliver", "octo/app", "42", "--dry-run", stdout=StringIO())
+
+    assert github.authorization == ["Bearer test-token", ""]

@@ -10,6 +10,7 @@ import httpx
 from django.conf import settings
 from django.utils import timezone
 
+from runs.gitproviders.credentials import OriginScopedAuth
 from webhooks.logs import log
 from webhooks.models import WebhookReceipt
 
@@ -28,9 +29,20 @@ def _client() -> httpx.Client:
         "X-GitHub-Api-Version": "2022-11-28",
         "User-Agent": "agentplatform",
     }
-    if settings.GITHUB_TOKEN:
-        headers["Authorization"] = f"Bearer {settings.GITHUB_TOKEN}"
-    return httpx.Client(base_url=settings.GITHUB_API_URL.rstrip("/"), headers=headers, timeout=30)
+    # The token goes to the API's own origin only: a pagination link naming another host
+    # gets the request without it.
+    auth = (
+        OriginScopedAuth(
+            api_url=settings.GITHUB_API_URL,
+            header="Authorization",
+            value=f"Bearer {settings.GITHUB_TOKEN}",
+        )
+        if settings.GITHUB_TOKEN
+        else None
+    )
+    return httpx.Client(
+        base_url=settings.GITHUB_API_URL.rstrip("/"), headers=headers, auth=auth, timeout=30
+    )
 
 
 def _deliveries(client: httpx.Client, path: str, since: datetime) -> list[dict[str, Any]]:
