@@ -3,6 +3,7 @@ where its diff is shown, and the workers page shows the server's own worker."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -110,16 +111,25 @@ def test_workers_page_shows_the_served_worker(approver: Any, served: Any) -> Non
     page.click("#ops-dashboard-link")
     page.click("#ops-workers-link")
 
-    row = page.locator(".worker-row[data-alive=true]").first
-    row.wait_for()
-    # An "events" worker also serves the relay's own queue (agentplatform.celery).
-    assert set(row.locator(".worker-queues").inner_text().split(", ")) == {
-        "agent",
-        "events",
-        "relay",
-        "verify",
-        "webhooks",
-    }
+    rows = page.locator(".worker-row[data-alive=true]")
+    rows.first.wait_for()
+    # The host's layout: agent, verify and delivery workers; the "events" worker also
+    # serves the relay's own queue (agentplatform.celery).
+    expected = {"agent", "events", "relay", "verify", "webhooks"}
+    deadline = time.monotonic() + 20
+    while True:  # each worker's first heartbeat row may come a moment after the others
+        served_queues = {
+            queue
+            for text in rows.locator(".worker-queues").all_inner_texts()
+            for queue in text.split(", ")
+        }
+        if served_queues == expected or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+        page.reload()
+        rows.first.wait_for()
+    assert served_queues == expected
+    row = rows.first
     # Styled by the served admin stylesheet and the console's own styles.
     badge = row.locator(".console-badge")
     assert badge.inner_text() == "alive"
