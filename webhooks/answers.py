@@ -10,11 +10,10 @@ comment's key is claimed before anything happens (webhooks.processing).
 
 from __future__ import annotations
 
-from runs.identities import identity_user
 from runs.models import InputRequest, Repository, Run
 from runs.services import CommandRefused
 from runs.waiting import input_answer, input_pending
-from webhooks.decisions import CommentAuthor, ReplyTo, comment_refused
+from webhooks.decisions import CommentAuthor, ReplyTo, comment_refused, commenter_user
 
 ANSWER_VERBS = frozenset({"answer", "plan"})
 
@@ -30,19 +29,16 @@ def comment_answer(
     reply: ReplyTo,
 ) -> tuple[bool, str]:
     """Answer the run's pending question as the comment's author; (done, reason)."""
-    user = identity_user(
-        workspace_id=repository.workspace_id,
+    user, refusal = commenter_user(
+        repository=repository,
         provider=provider,
-        external_user_id=author.external_user_id,
+        author=author,
+        reply=reply,
+        verb=verb,
+        purpose="answer",
     )
-    if user is None:
-        return comment_refused(
-            reply,
-            verb,
-            "identity_not_linked",
-            f"{author.name} is not linked to a member of this workspace; link the account "
-            "to answer by comment",
-        )
+    if refusal is not None:
+        return refusal
     request = input_pending(run) or run.input_requests.order_by("-requested_at").first()
     if request is None:
         return comment_refused(reply, verb, "no_question", f"run {run.run_no} asked nothing")

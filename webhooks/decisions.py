@@ -61,6 +61,33 @@ def written_at(value: Any) -> datetime | None:
         return None
 
 
+def commenter_user(
+    *,
+    repository: Repository,
+    provider: str,
+    author: CommentAuthor,
+    reply: ReplyTo,
+    verb: str,
+    purpose: str,
+) -> tuple[Any, tuple[bool, str] | None]:
+    """The platform user the comment's author is linked to, or the refusal (answered on the
+    thread) when the account is linked to no member of the repository's workspace."""
+    user = identity_user(
+        workspace_id=repository.workspace_id,
+        provider=provider,
+        external_user_id=author.external_user_id,
+    )
+    if user is not None:
+        return user, None
+    return None, comment_refused(
+        reply,
+        verb,
+        "identity_not_linked",
+        f"{author.name} is not linked to a member of this workspace; link the account "
+        f"to {purpose} by comment",
+    )
+
+
 def comment_decide(
     *,
     run: Run,
@@ -72,19 +99,16 @@ def comment_decide(
     reply: ReplyTo,
 ) -> tuple[bool, str]:
     """Decide the run's pending approval as the comment's author; (done, reason)."""
-    user = identity_user(
-        workspace_id=repository.workspace_id,
+    user, refusal = commenter_user(
+        repository=repository,
         provider=provider,
-        external_user_id=author.external_user_id,
+        author=author,
+        reply=reply,
+        verb=verb,
+        purpose="decide",
     )
-    if user is None:
-        return comment_refused(
-            reply,
-            verb,
-            "identity_not_linked",
-            f"{author.name} is not linked to a member of this workspace; link the account "
-            "to decide by comment",
-        )
+    if refusal is not None:
+        return refusal
     named = PATCH_PREFIX.match(args.strip())
     patch_sha256 = named["sha"].lower() if named else None
     comment = (named["rest"] if named else args).strip()
