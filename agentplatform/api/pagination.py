@@ -30,8 +30,8 @@ class LimitOffsetPagination(pagination.LimitOffsetPagination):
     max_limit = 200
 
     def get_limit(self, request: Request) -> int | None:
-        if request.query_params.get(self.limit_query_param) not in (None, ""):
-            value = SequenceCursorPagination._int_param(request, self.limit_query_param, 0)
+        value = SequenceCursorPagination._int_param(request, self.limit_query_param, -1)
+        if value != -1:
             if value < 1:
                 raise ValidationError({self.limit_query_param: ["must be at least 1"]})
             return min(value, self.max_limit)
@@ -270,7 +270,10 @@ class SequenceCursorPagination:
 
     @staticmethod
     def _int_param(request: Request, name: str, default: int) -> int:
-        raw = request.query_params.get(name)
+        given = request.query_params.getlist(name)
+        if len(given) > 1:
+            raise ValidationError({name: ["given more than once"]})
+        raw = given[0] if given else None
         if raw is None or raw == "":
             return default
         try:
