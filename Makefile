@@ -50,12 +50,12 @@ test: prerequisites-test setup
 
 # The fault-injection suite: its own PostgreSQL, Redis, web, workers and beat
 # (README, Reliability). CHAOS_ARGS="--light" for the short subset.
-chaos: setup
+chaos: prerequisites-chaos setup
 	$(PY) -m tests.chaos $(CHAOS_ARGS)
 
 # Benchmarks against baselines measured in the same run (see README, Performance).
 # BENCH_ARGS="--only wake,steps --reps 5" narrows it; "--tiny" is a seconds-long smoke run.
-bench: setup
+bench: prerequisites-bench setup
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 lint: setup

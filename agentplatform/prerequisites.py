@@ -31,6 +31,8 @@ CHROMIUM = Program("chromium", "chromium", "the browser tests of the console")
 NEEDED: dict[str, tuple[Program, ...]] = {
     "demo": (GIT, BUBBLEWRAP),
     "serve": (GIT, BUBBLEWRAP),
+    "bench": (GIT, BUBBLEWRAP),
+    "chaos": (GIT, BUBBLEWRAP),
     "test": (GIT, BUBBLEWRAP, CHROMIUM),
 }
 
