@@ -18,7 +18,7 @@ from runs.services import task_submit
 from tests.factories import RepositoryFactory
 from tests.query_plans import query_plan, table_indexes
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sql_shape]
 
 
 def _indexes() -> dict[str, str]:

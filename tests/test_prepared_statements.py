@@ -19,7 +19,7 @@ from runs.models import Membership, Run
 from runs.timeline import event_record
 from tests.factories import TaskFactory, UserFactory, api_client_for
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sql_shape]
 
 
 def _prepared() -> list[str]:

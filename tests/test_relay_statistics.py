@@ -25,7 +25,7 @@ from jobs.relay import (
     outbox_statistics_refresh,
 )
 
-pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True), pytest.mark.sql_shape]
 
 PARTITIONS = 300
 

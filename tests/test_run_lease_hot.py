@@ -12,7 +12,7 @@ from runs.models import Run
 from runs.state import ACTIVE
 from tests.query_plans import query_plan
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sql_shape]
 
 LEASE_COLUMNS = {"lease_owner", "lease_until", "heartbeat_at", "attempt", "wakes"}
 

@@ -12,7 +12,7 @@ import pytest
 from runs.models import RunEvent
 from tests.query_plans import query_plan, table_indexes
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sql_shape]
 
 
 def _indexes() -> dict[str, str]:

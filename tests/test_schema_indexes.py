@@ -15,7 +15,7 @@ from django.db import connection
 from runs.models import Run, Task
 from tests.query_plans import query_plan
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sql_shape]
 
 OUR_APPS = ("runs", "jobs", "webhooks")
 
