@@ -18,7 +18,7 @@ import jobs.metrics  # noqa: F401
 import webhooks.metrics  # noqa: F401 - every metric module registers its metrics
 from agentplatform.metrics_endpoint import PlatformStateCollector
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 METRIC = re.compile(r"\b(agent_[a-z_]+)\b")
 REQUIRED = {
     "agent_outbox_lag_seconds",

@@ -30,7 +30,7 @@ from runs.models import Membership, Run, Task
 from runs.services import task_submit
 from tests.factories import RepositoryFactory, UserFactory
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 INCOMING = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
@@ -275,7 +275,7 @@ def test_a_runs_own_secrets_are_redacted_once_its_step_binds(workspace, json_log
 
 @pytest.mark.django_db
 def test_a_webhook_trace_reaches_the_task_it_creates(client, settings, json_log):
-    from tests.test_webhook_support import REPOSITORY_SECRET, corpus, github_post
+    from tests.webhooks.test_webhook_support import REPOSITORY_SECRET, corpus, github_post
     from webhooks.models import WebhookReceipt
     from webhooks.processing import webhook_receipt_process
 
@@ -364,7 +364,7 @@ def test_model_profile_keys_are_redacted(monkeypatch, settings):
 @pytest.mark.django_db
 def test_an_accepted_delivery_is_told_on_its_request_line(json_log, client, settings):
     """One line per delivery: the access line carries what the delivery was and its receipt."""
-    from tests.test_webhook_support import GITHUB_SECRET, github_post
+    from tests.webhooks.test_webhook_support import GITHUB_SECRET, github_post
 
     settings.GITHUB_WEBHOOK_SECRET = GITHUB_SECRET
     response = github_post(client, {"zen": "z", "hook_id": 1}, "ping", delivery="d-1")

@@ -19,9 +19,9 @@ from runs import demo
 from runs.engine import run_drive_inline
 from runs.models import Run
 from runs.services import task_submit
-from tests.test_webhook_support import GITHUB_SECRET, github_headers, github_post
+from tests.webhooks.test_webhook_support import GITHUB_SECRET, github_headers, github_post
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

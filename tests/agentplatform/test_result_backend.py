@@ -15,7 +15,7 @@ from pathlib import Path
 
 from agentplatform.celery import app
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_threads_share_the_backend_loaded_before_them() -> None:

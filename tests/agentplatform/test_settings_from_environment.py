@@ -11,7 +11,7 @@ import pytest
 
 from agentplatform import embedded
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.no_services
 
 PRODUCTION = {

@@ -22,7 +22,7 @@ from django.db import connection
 
 from tests.conftest import web_server
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 POOL_MIN = 2
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import web_server
-from tests.test_webhook_support import GITHUB_SECRET, github_headers
+from tests.webhooks.test_webhook_support import GITHUB_SECRET, github_headers
 from webhooks.models import WebhookReceipt
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]

@@ -27,7 +27,7 @@ from django.conf import settings
 from tests.chaos.services import live_processes
 from tests.conftest import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.chaos.services import PG_BIN, REDIS_SERVER
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.no_services, pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -15,7 +15,7 @@ from runs.reaper import zombies_reap
 from runs.services import task_submit
 from runs.state import TERMINAL
 from tests.conftest import wait_for
-from tests.test_provider_openai_chat import ChatCompletionsServer, completion
+from tests.runs.providers.test_provider_openai_chat import ChatCompletionsServer, completion
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

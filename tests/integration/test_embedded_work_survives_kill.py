@@ -17,7 +17,7 @@ from jobs.consumers import Consumer, Event
 from jobs.models import ProcessedEvent, WorkItem
 from jobs.relay import outbox_drain
 from tests.conftest import wait_for
-from tests.test_work_items import _sweep_until, _turns
+from tests.jobs.test_work_items import _sweep_until, _turns
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -40,7 +40,7 @@ def test_a_delivery_whose_worker_was_killed_is_delivered_by_the_next(
     flag = tmp_path / "kill"
     flag.touch()
     stream = f"test_embedded.{uuid.uuid4().hex}"
-    consumers = "tests.test_embedded_work_survives_kill.KILL_ONCE"
+    consumers = "tests.integration.test_embedded_work_survives_kill.KILL_ONCE"
     monkeypatch.setenv("KILL_FLAG", str(flag))
     monkeypatch.setenv("EVENT_CONSUMERS", consumers)
     monkeypatch.setenv("EVENT_STREAM_NAME", stream)

@@ -15,8 +15,8 @@ from runs import demo
 from runs.models import Artifact, ModelTurn, Run, RunEvent, ToolCall
 from runs.services import task_submit
 from runs.state import TERMINAL
+from tests.agentplatform.test_metrics_endpoint import scrape, total, value
 from tests.conftest import wait_for
-from tests.test_metrics_endpoint import scrape, total, value
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -46,7 +46,7 @@ def test_worker_run_moves_counters_carries_trace_and_leaks_no_secret(
     monkeypatch.setenv("LOG_LEVEL", "DEBUG")
     monkeypatch.setenv(
         "EVENT_CONSUMERS",
-        "jobs.consumers.cost.COST_AGGREGATION,tests.test_observability_worker.REFUSER",
+        "jobs.consumers.cost.COST_AGGREGATION,tests.integration.test_observability_worker.REFUSER",
     )
     repository.webhook_secret = REPOSITORY_SECRET
     repository.save()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHOW = (
     "import json, os, tests.settings as s; print(json.dumps({k: os.environ[k] for k in "
     "('REDIS_URL', 'CELERY_BROKER_URL', 'AGENTPLATFORM_VAR_DIR')} | "

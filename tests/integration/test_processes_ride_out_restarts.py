@@ -7,7 +7,7 @@ import redis
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from tests.conftest import wait_for
-from tests.test_beat_two_processes import Beat
+from tests.jobs.test_beat_two_processes import Beat
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -51,7 +51,7 @@ def test_web_server_accepts_webhooks_across_a_restart_of_its_redis(
 
     from jobs.models import WorkItem
     from tests.conftest import ROOT, free_port
-    from tests.test_webhook_support import CORPUS, GITHUB_SECRET, github_headers
+    from tests.webhooks.test_webhook_support import CORPUS, GITHUB_SECRET, github_headers
     from webhooks.models import WebhookReceipt
 
     port = free_port()

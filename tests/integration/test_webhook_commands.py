@@ -14,8 +14,8 @@ from runs.services import task_submit
 from runs.state import TERMINAL
 from tests.conftest import wait_for
 from tests.factories import UserFactory
-from tests.test_webhook_support import REPOSITORY_SECRET, corpus, followup_script
-from tests.test_webhook_support import github_post as post_signed
+from tests.webhooks.test_webhook_support import REPOSITORY_SECRET, corpus, followup_script
+from tests.webhooks.test_webhook_support import github_post as post_signed
 from webhooks.models import CiResult, WebhookReceipt
 from webhooks.processing import webhook_receipt_process
 

@@ -21,5 +21,5 @@ WEB_ENTRY_DEFAULTS = ("DATABASE_POOL",)
 @pytest.mark.no_services
 def test_the_test_process_carries_none_of_the_web_entry_points_defaults():
     # Imports agentplatform.asgi, unless the session's collection already has.
-    importlib.import_module("tests.test_web_entry")
+    importlib.import_module("tests.agentplatform.test_web_entry")
     assert [key for key in WEB_ENTRY_DEFAULTS if key in os.environ] == []

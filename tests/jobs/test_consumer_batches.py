@@ -63,7 +63,7 @@ RECORDER = Consumer(name="recorder", types=("agent.model.turn.completed",), hand
 def recorder(settings: Any) -> Any:
     name = f"test_batches.{uuid.uuid4().hex}"
     settings.EVENT_STREAM_NAME = name
-    settings.EVENT_CONSUMERS = ["tests.test_consumer_batches.RECORDER"]
+    settings.EVENT_CONSUMERS = ["tests.jobs.test_consumer_batches.RECORDER"]
     seen.clear()
     fail_turn.clear()
     defer_turn.clear()

@@ -31,7 +31,9 @@ def poison(event: Event) -> None:
 
 
 POISON = Consumer(name="poison", types=("agent.model.turn.completed",), handle=poison)
-CONSUMERS = "jobs.consumers.cost.COST_AGGREGATION,tests.test_dead_letter_poison_consumer.POISON"
+CONSUMERS = (
+    "jobs.consumers.cost.COST_AGGREGATION,tests.jobs.test_dead_letter_poison_consumer.POISON"
+)
 
 
 def test_poison_consumer_is_dead_lettered_and_requeued_after_the_fix(

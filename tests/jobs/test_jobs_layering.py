@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-JOBS = Path(__file__).resolve().parent.parent / "jobs"
+JOBS = Path(__file__).resolve().parents[2] / "jobs"
 DOMAIN = ("runs", "webhooks", "agentplatform")
 
 

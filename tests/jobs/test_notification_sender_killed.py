@@ -22,8 +22,8 @@ from runs.models import Run
 from runs.notify import MARKER
 from runs.timeline import PendingEvent, events_record
 from tests.factories import TaskFactory
-from tests.test_consumer_outgoing_http import Recorder
-from tests.test_work_items import _sweep_until
+from tests.jobs.test_consumer_outgoing_http import Recorder
+from tests.jobs.test_work_items import _sweep_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -15,7 +15,7 @@ from redis.connection import AbstractConnection
 
 from jobs import redis_round, relay
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.services
 

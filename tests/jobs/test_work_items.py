@@ -29,7 +29,7 @@ from runs.models import Run
 from runs.timeline import PendingEvent, events_record
 from tests.conftest import free_port, wait_for
 from tests.factories import TaskFactory
-from tests.test_webhook_support import CORPUS, GITHUB_SECRET, github_post
+from tests.webhooks.test_webhook_support import CORPUS, GITHUB_SECRET, github_post
 from webhooks.models import WebhookReceipt
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -129,7 +129,7 @@ def test_consumer_backlog_survives_a_restart_of_its_redis_and_so_does_the_worker
     stream = f"test_work.{uuid.uuid4().hex}"
     monkeypatch.setenv("SLOW_FLAG", str(flag))
     monkeypatch.setenv("EVENT_STREAM_NAME", stream)
-    consumers = "jobs.consumers.cost.COST_AGGREGATION,tests.test_work_items.SLOW"
+    consumers = "jobs.consumers.cost.COST_AGGREGATION,tests.jobs.test_work_items.SLOW"
     monkeypatch.setenv("EVENT_CONSUMERS", consumers)
     settings.EVENT_CONSUMERS = consumers.split(",")
     monkeypatch.setenv("CELERY_BROKER_URL", own_redis.url)
@@ -174,7 +174,7 @@ def test_a_handler_that_kills_its_worker_is_dead_lettered_as_poison(
 ):
     stream = f"test_work.{uuid.uuid4().hex}"
     monkeypatch.setenv("EVENT_STREAM_NAME", stream)
-    consumers = "jobs.consumers.cost.COST_AGGREGATION,tests.test_work_items.KILLER"
+    consumers = "jobs.consumers.cost.COST_AGGREGATION,tests.jobs.test_work_items.KILLER"
     monkeypatch.setenv("EVENT_CONSUMERS", consumers)
     settings.EVENT_CONSUMERS = consumers.split(",")
     worker = start_worker("poison", queues="events", concurrency=1)

@@ -20,7 +20,7 @@ from tests.factories import (
     UserFactory,
     WebhookReceiptFactory,
 )
-from tests.test_admin_run_page import run_history_create
+from tests.runs.test_admin_run_page import run_history_create
 
 
 @pytest.fixture

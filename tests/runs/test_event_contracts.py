@@ -34,7 +34,7 @@ from tests.factories import TaskFactory, UserFactory
 from tests.runs.asking_model import drive as asking_drive
 from tests.runs.asking_model import local_model
 from tests.runs.asking_model import respond as asking_respond
-from tests.test_provider_openai_chat import ChatCompletionsServer
+from tests.runs.providers.test_provider_openai_chat import ChatCompletionsServer
 
 GOLDEN = ROOT / "tests" / "golden" / "events"
 FORMAT = jsonschema.Draft202012Validator.FORMAT_CHECKER

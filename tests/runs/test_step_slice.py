@@ -485,7 +485,7 @@ def test_feedback_batched_while_the_end_commits_gets_its_follow_up(run, handlers
 
     from runs.services import task_followup
     from tests.conftest import wait_for
-    from tests.test_approval_races import _waiting_on_locks
+    from tests.runs.test_approval_races import _waiting_on_locks
 
     Run.objects.filter(pk=run.pk).update(status=S.CREATING_PR, step_no=7)
     Task.objects.filter(pk=run.task_id).update(status=Task.Status.RUNNING)

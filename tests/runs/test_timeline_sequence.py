@@ -14,7 +14,7 @@ from jobs.models import OutboxEvent
 from runs.models import Run
 from tests.factories import TaskFactory
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 APPEND = """
 import django, sys

@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from runs.models import Run
 from runs.services import run_after_terminal
 from tests.factories import RepositoryFactory
-from tests.test_readmission import active, submit
+from tests.runs.test_readmission import active, submit
 
 pytestmark = [pytest.mark.django_db, pytest.mark.sql_shape]
 

@@ -9,7 +9,7 @@ import pytest
 
 from runs.models import PullRequest
 from tests.factories import RepositoryFactory, TaskFactory
-from tests.test_webhook_support import (
+from tests.webhooks.test_webhook_support import (
     CORPUS,
     GITHUB_SECRET,
     GITLAB_EVENTS,

@@ -12,7 +12,7 @@ from django.db import connection
 
 from runs.models import PullRequest, Run, Task
 from tests.factories import RepositoryFactory, TaskFactory
-from tests.test_webhook_support import (
+from tests.webhooks.test_webhook_support import (
     GITHUB_SECRET,
     REPOSITORY_SECRET,
     corpus,

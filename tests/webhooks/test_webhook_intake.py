@@ -7,7 +7,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.test_webhook_support import GITHUB_SECRET, corpus, github_headers, github_post
+from tests.webhooks.test_webhook_support import GITHUB_SECRET, corpus, github_headers, github_post
 from webhooks.models import WebhookReceipt
 from webhooks.processing import webhook_receipt_process
 

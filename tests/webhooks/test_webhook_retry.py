@@ -8,7 +8,7 @@ from django.db import transaction
 
 from jobs.models import DeadLetter
 from tests.conftest import wait_for
-from tests.test_webhook_support import corpus
+from tests.webhooks.test_webhook_support import corpus
 from webhooks.intake import receipt_work_enqueue
 from webhooks.models import WebhookReceipt
 from webhooks.services import webhook_receipt_reprocess

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tests.factories import RepositoryFactory
-from tests.test_webhook_support import (
+from tests.webhooks.test_webhook_support import (
     CORPUS,
     GITHUB_SECRET,
     GITLAB_TOKEN,

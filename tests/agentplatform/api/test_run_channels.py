@@ -15,7 +15,7 @@ from agentplatform.api import notify
 from agentplatform.settings import _redis_database
 from jobs import relay
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.no_services

@@ -30,7 +30,7 @@ from runs.timeline import PendingEvent, events_record
 from tests.factories import TaskFactory, UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class ApiServer:

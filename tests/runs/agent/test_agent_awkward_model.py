@@ -20,7 +20,7 @@ import pytest
 from runs.engine import run_drive_inline
 from runs.models import ModelTurn, Run, ToolCall
 from runs.services import task_submit
-from tests.test_provider_openai_chat import ChatCompletionsServer
+from tests.runs.providers.test_provider_openai_chat import ChatCompletionsServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

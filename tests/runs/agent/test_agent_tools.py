@@ -14,7 +14,7 @@ from runs.agent.tools import Toolbox, ToolDenied, ToolPolicy, command_check
 
 pytestmark = pytest.mark.no_services
 
-PROJECT = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

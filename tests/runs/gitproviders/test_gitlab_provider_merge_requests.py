@@ -252,7 +252,7 @@ def test_a_labelled_gitlab_issue_leads_to_a_merge_request(
     from runs.engine import run_drive_inline
     from runs.models import PullRequest, Task
     from tests.factories import RepositoryFactory
-    from tests.test_webhook_support import REPOSITORY_SECRET, corpus, gitlab_post
+    from tests.webhooks.test_webhook_support import REPOSITORY_SECRET, corpus, gitlab_post
     from webhooks.models import WebhookReceipt
     from webhooks.processing import webhook_receipt_process
 

@@ -13,7 +13,7 @@ from runs.agent.transcript import transcript_export
 from runs.engine import run_drive_inline
 from runs.models import ModelTurn, Run, ToolCall
 from runs.services import task_submit
-from tests.test_agent_awkward_model import awkward_profile
+from tests.runs.agent.test_agent_awkward_model import awkward_profile
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
