@@ -44,7 +44,7 @@ def _p(values: list[float], q: float) -> float:
 
 
 def _delivery(server, run, secret) -> tuple[list[float], list[float]]:
-    from tests.test_sse_stream import record
+    from tests.agentplatform.api.test_sse_stream import record
 
     headers = {"Authorization": f"Bearer {secret}"}
     arrivals: list[float] = []
@@ -117,8 +117,8 @@ async def _requests_latency(server, run, secret, streams: int) -> list[float]:
 def main() -> None:
     from agentplatform.api.auth import api_token_issue
     from runs.models import Membership, Run
+    from tests.agentplatform.api.test_sse_stream import ApiServer
     from tests.factories import TaskFactory, UserFactory
-    from tests.test_sse_stream import ApiServer
 
     old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
     server = None

@@ -20,7 +20,13 @@ import pytest
 
 from agentplatform import embedded
 from tests.conftest import free_port, wait_for
-from tests.test_webhook_support import CORPUS, GITHUB_SECRET, GITLAB_EVENTS, GITLAB_TOKEN, sign
+from tests.webhooks.test_webhook_support import (
+    CORPUS,
+    GITHUB_SECRET,
+    GITLAB_EVENTS,
+    GITLAB_TOKEN,
+    sign,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.no_services, pytest.mark.slow]

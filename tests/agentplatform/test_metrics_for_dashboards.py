@@ -8,7 +8,7 @@ import pytest
 
 from agentplatform import metrics
 from runs.models import Task
-from tests.test_metrics_endpoint import scrape, value
+from tests.agentplatform.test_metrics_endpoint import scrape, value
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

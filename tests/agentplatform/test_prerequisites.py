@@ -65,7 +65,7 @@ def test_pytest_under_require_services_without_chromium_is_one_clear_message(tmp
         "PATH": _path_without(tmp_path, "chromium"),
     }
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", "-q", "tests/test_ids.py"],
+        [sys.executable, "-m", "pytest", "-n", "2", "-q", "tests/jobs/test_ids.py"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -19,7 +19,7 @@ from jobs.models import DeadLetter
 from runs.models import Run
 from tests.browser.conftest import SERVED_DB, screenshot
 from tests.factories import DeadLetterFactory, UserFactory
-from tests.test_admin_run_page import run_history_create
+from tests.runs.test_admin_run_page import run_history_create
 
 pytestmark = SERVED_DB
 

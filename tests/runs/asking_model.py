@@ -12,7 +12,7 @@ from typing import Any
 
 from runs.engine import run_drive_inline, step_execute
 from runs.models import Run
-from tests.test_provider_openai_chat import completion
+from tests.runs.providers.test_provider_openai_chat import completion
 
 QUESTION = "Which module owns the fix: calc/core.py or calc/util.py?"
 PLAN = "1. Ask where the fix belongs. 2. Fix add(). 3. Finish."

@@ -14,7 +14,7 @@ from runs.state import TERMINAL
 from tests.conftest import wait_for
 from tests.factories import UserFactory
 from tests.runs.asking_model import QUESTION, asked, drive, local_model, respond, tool_result
-from tests.test_provider_openai_chat import ChatCompletionsServer
+from tests.runs.providers.test_provider_openai_chat import ChatCompletionsServer
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

@@ -17,7 +17,7 @@ from runs.services import CommandRefused, task_submit
 from runs.waiting import input_answer, inputs_expire
 from tests.factories import UserFactory
 from tests.runs.asking_model import QUESTION, drive, local_model, respond
-from tests.test_provider_openai_chat import ChatCompletionsServer
+from tests.runs.providers.test_provider_openai_chat import ChatCompletionsServer
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

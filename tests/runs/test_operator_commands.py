@@ -11,7 +11,7 @@ from django.core.management.base import CommandError
 
 from runs.models import Approval, Membership, Run
 from tests.factories import UserFactory, WorkspaceFactory
-from tests.test_approval_policy import SHA, _awaiting
+from tests.runs.test_approval_policy import SHA, _awaiting
 
 pytestmark = pytest.mark.django_db
 

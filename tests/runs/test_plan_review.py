@@ -11,7 +11,7 @@ from runs.models import InputRequest, Membership, Task
 from runs.services import task_submit
 from tests.factories import UserFactory
 from tests.runs.asking_model import PLAN, asked, drive, local_model, respond_without_asking
-from tests.test_provider_openai_chat import ChatCompletionsServer
+from tests.runs.providers.test_provider_openai_chat import ChatCompletionsServer
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

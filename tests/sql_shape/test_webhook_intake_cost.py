@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from jobs.models import WorkItem
 from jobs.work import work_sweep
 from tests.factories import RepositoryFactory
-from tests.test_webhook_support import GITHUB_SECRET, github_headers, github_post
+from tests.webhooks.test_webhook_support import GITHUB_SECRET, github_headers, github_post
 from webhooks.intake import _RECEIPT_COLUMNS, _WORK_COLUMNS
 from webhooks.models import WebhookReceipt
 

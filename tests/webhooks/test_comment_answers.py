@@ -17,8 +17,8 @@ from tests.chaos.fakegithub import FakeGitHub
 from tests.conftest import wait_for
 from tests.factories import UserFactory
 from tests.runs.asking_model import QUESTION, asked, respond, tool_result
-from tests.test_provider_openai_chat import ChatCompletionsServer
-from tests.test_webhook_support import REPOSITORY_SECRET, corpus, github_post
+from tests.runs.providers.test_provider_openai_chat import ChatCompletionsServer
+from tests.webhooks.test_webhook_support import REPOSITORY_SECRET, corpus, github_post
 from webhooks.models import WebhookReceipt
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

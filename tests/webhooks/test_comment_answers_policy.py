@@ -17,7 +17,7 @@ from jobs.work import work_execute
 from runs.models import InputRequest, Membership, ProviderIdentity, Repository, Run, Task
 from tests.chaos.fakegithub import FakeGitHub
 from tests.factories import RepositoryFactory, TaskFactory, UserFactory, WorkspaceFactory
-from tests.test_webhook_support import REPOSITORY_SECRET, corpus, github_post
+from tests.webhooks.test_webhook_support import REPOSITORY_SECRET, corpus, github_post
 from webhooks.models import WebhookReceipt
 from webhooks.processing import webhook_receipt_process
 

@@ -29,7 +29,7 @@ from runs.models import (
 )
 from tests.chaos.fakegithub import FakeGitHub
 from tests.factories import RepositoryFactory, TaskFactory, UserFactory, WorkspaceFactory
-from tests.test_webhook_support import REPOSITORY_SECRET, corpus, github_post
+from tests.webhooks.test_webhook_support import REPOSITORY_SECRET, corpus, github_post
 from webhooks.models import WebhookReceipt
 from webhooks.processing import webhook_receipt_process
 

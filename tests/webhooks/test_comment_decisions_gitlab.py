@@ -23,8 +23,8 @@ from runs.models import (
     Run,
 )
 from tests.factories import RepositoryFactory, TaskFactory, UserFactory
-from tests.test_gitlab_provider_merge_requests import FakeGitLab
-from tests.test_webhook_support import REPOSITORY_SECRET, corpus, gitlab_post
+from tests.runs.gitproviders.test_gitlab_provider_merge_requests import FakeGitLab
+from tests.webhooks.test_webhook_support import REPOSITORY_SECRET, corpus, gitlab_post
 from webhooks.models import WebhookReceipt
 from webhooks.processing import webhook_receipt_process
 

@@ -13,7 +13,7 @@ from runs.services import task_submit
 from tests.chaos.fakegithub import FakeGitHub
 from tests.conftest import wait_for
 from tests.factories import UserFactory
-from tests.test_webhook_support import REPOSITORY_SECRET, corpus, github_post
+from tests.webhooks.test_webhook_support import REPOSITORY_SECRET, corpus, github_post
 from webhooks.models import WebhookReceipt
 
 pytestmark = [pytest.mark.django_db(transaction=True)]

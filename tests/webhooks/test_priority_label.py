@@ -9,7 +9,12 @@ import pytest
 
 from runs.models import Task
 from tests.factories import RepositoryFactory
-from tests.test_webhook_support import GITHUB_SECRET, REPOSITORY_SECRET, corpus, github_post
+from tests.webhooks.test_webhook_support import (
+    GITHUB_SECRET,
+    REPOSITORY_SECRET,
+    corpus,
+    github_post,
+)
 from webhooks.processing import webhook_receipt_process
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from runs.models import Membership, Repository, Task
 from tests.factories import RepositoryFactory, UserFactory, WorkspaceFactory
-from tests.test_webhook_support import GITHUB_SECRET, corpus, github_post, gitlab_post
+from tests.webhooks.test_webhook_support import GITHUB_SECRET, corpus, github_post, gitlab_post
 from webhooks.models import WebhookReceipt
 from webhooks.processing import webhook_receipt_process
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from runs.models import Task
-from tests.test_webhook_support import REPOSITORY_SECRET, corpus, github_post
+from tests.webhooks.test_webhook_support import REPOSITORY_SECRET, corpus, github_post
 from webhooks.processing import webhook_receipt_process
 
 pytestmark = pytest.mark.django_db

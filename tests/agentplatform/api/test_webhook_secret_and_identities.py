@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from runs.models import Membership, ProviderIdentity, Repository
 from tests.factories import RepositoryFactory, UserFactory, WorkspaceFactory
-from tests.test_webhook_support import corpus, github_post
+from tests.webhooks.test_webhook_support import corpus, github_post
 from webhooks.models import WebhookReceipt
 
 pytestmark = pytest.mark.django_db

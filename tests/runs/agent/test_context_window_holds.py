@@ -20,7 +20,7 @@ from runs.agent.context import context_condense, messages_tokens
 from runs.engine import run_drive_inline
 from runs.models import ModelTurn, Run
 from runs.services import task_submit
-from tests.test_provider_openai_chat import ChatCompletionsServer, completion
+from tests.runs.providers.test_provider_openai_chat import ChatCompletionsServer, completion
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

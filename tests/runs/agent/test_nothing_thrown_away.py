@@ -21,7 +21,7 @@ from runs.engine import run_drive_inline
 from runs.models import Membership, ModelTurn, Run
 from runs.services import task_submit
 from tests.factories import UserFactory
-from tests.test_provider_openai_chat import ChatCompletionsServer, completion
+from tests.runs.providers.test_provider_openai_chat import ChatCompletionsServer, completion
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,7 +12,7 @@ from runs.agent import judge
 from runs.engine import run_drive_inline
 from runs.models import Approval, JudgeAttempt, Run
 from runs.services import task_submit
-from tests.test_provider_openai_chat import ChatCompletionsServer, completion
+from tests.runs.providers.test_provider_openai_chat import ChatCompletionsServer, completion
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from jobs.models import OutboxEvent
 from runs.models import Run
-from tests.test_event_contracts import _assert_contract
+from tests.runs.test_event_contracts import _assert_contract
 
 
 def assert_contracts(run: Run, event_type: str) -> list[dict[str, Any]]:

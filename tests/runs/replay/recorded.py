@@ -11,8 +11,8 @@ from typing import Any
 from runs.engine import run_drive_inline
 from runs.models import Run
 from runs.services import task_submit
-from tests.test_agent_awkward_model import _body, _call
-from tests.test_provider_openai_chat import ChatCompletionsServer
+from tests.runs.agent.test_agent_awkward_model import _body, _call
+from tests.runs.providers.test_provider_openai_chat import ChatCompletionsServer
 
 FIX = {"path": "calc/core.py", "old": "return a - b", "new": "return a + b"}
 # Plan, then three acting turns, then finish: five model turns.

@@ -11,7 +11,7 @@ from runs.replay.fork import run_fork
 from runs.services import CommandRefused
 from tests.factories import RunFactory
 from tests.runs.replay.recorded import model_server, recorded_run
-from tests.test_event_contracts import _assert_contract
+from tests.runs.test_event_contracts import _assert_contract
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,7 +9,7 @@ from runs.agent.sandbox import sandbox_orphans_sweep
 from runs.models import RunReplay
 from runs.replay.reproduce import replay_execute, replay_request
 from tests.runs.replay.recorded import model_server, push_change, recorded_run
-from tests.test_event_contracts import _assert_contract
+from tests.runs.test_event_contracts import _assert_contract
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,0 +1,77 @@
+"""A read authenticated by an API token takes the caller's workspaces from the token's
+own statement; a request that may change memberships asks for them itself."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.request import Request
+from rest_framework.test import APIClient, APIRequestFactory
+
+from agentplatform.api.auth import ApiTokenAuthentication, api_token_issue
+from agentplatform.api.scoping import workspace_ids_for
+from runs.models import Membership, Run
+from tests.factories import TaskFactory, UserFactory, WorkspaceFactory, member_with_repository
+
+pytestmark = pytest.mark.django_db
+
+MEMBERSHIPS = '"runs_membership"'
+
+
+def _bearer(secret: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    return client
+
+
+def _run_in(workspace, repository=None) -> Run:
+    task = TaskFactory(workspace=workspace, **({"repository": repository} if repository else {}))
+    return Run.objects.create(task=task, run_no=1)
+
+
+@pytest.fixture
+def caller():
+    """A token of a member of two workspaces, each with a run, and a run elsewhere."""
+    user, first, repository = member_with_repository()
+    second = WorkspaceFactory()
+    Membership.objects.create(workspace=second, user=user, role="member")
+    mine = {_run_in(first, repository).pk, _run_in(second).pk}
+    other = _run_in(WorkspaceFactory()).pk
+    _, secret = api_token_issue(user=user, name="ci")
+    _bearer(secret).get("/api/runs/")  # the first use records last_used_at
+    return user, second, secret, mine, other
+
+
+def test_each_read_sees_the_memberships_of_its_own_time(caller) -> None:
+    user, second, secret, mine, _ = caller
+    Membership.objects.filter(user=user, workspace=second).delete()
+    seen = {row["id"] for row in _bearer(secret).get("/api/runs/").json()["results"]}
+    assert seen == {str(pk) for pk in mine} - {
+        str(pk) for pk in Run.objects.filter(task__workspace=second).values_list("pk", flat=True)
+    }
+    assert len(seen) == 1
+
+
+@pytest.mark.parametrize("method", ["post", "put", "patch", "delete"])
+def test_a_request_that_may_change_memberships_asks_for_them_when_it_needs_them(
+    caller, method
+) -> None:
+    user, second, secret, _, _ = caller
+    request = getattr(APIRequestFactory(), method)("/api/workspaces/")
+    request.META["HTTP_AUTHORIZATION"] = f"Bearer {secret}"
+    authenticated = ApiTokenAuthentication().authenticate(Request(request))
+    assert authenticated is not None
+    caller_user = authenticated[0]
+    assert caller_user.pk == user.pk
+    Membership.objects.filter(user=user, workspace=second).delete()
+    ids = workspace_ids_for(user=caller_user)
+    assert second.pk not in ids and len(ids) == 1
+
+
+def test_the_remembered_scope_is_the_users_own() -> None:
+    outsider = UserFactory()
+    _, secret = api_token_issue(user=outsider, name="ci")
+    member, workspace, _ = member_with_repository()
+    _run_in(workspace)
+    response = _bearer(secret).get("/api/runs/")
+    assert response.status_code == 200 and response.json()["results"] == []
+    assert member.pk != outsider.pk
