@@ -309,13 +309,13 @@ def repeated_requests(host: Host) -> dict[str, int]:
             "SELECT run_id::text, data->>'step_no', data->>'turn_no' FROM runs_runevent "
             "WHERE type = 'agent.model.request.retried'"
         ).fetchall()
+        recovered = db.execute(
+            "SELECT coalesce(sum(recoveries), 0), coalesce(sum(retries), 0) FROM runs_run"
+        ).fetchone()
     retried: dict[str, int] = {}
     for run_id, step_no, turn_no in rows:
         key = f"{run_id}:{step_no}:{turn_no}"
         retried[key] = retried.get(key, 0) + 1
-        recovered = db.execute(
-            "SELECT coalesce(sum(recoveries), 0), coalesce(sum(retries), 0) FROM runs_run"
-        ).fetchone()
     out = {"provider retry": 0, "asked again": 0}
     for key, n in repeated.items():
         by_provider = min(n, retried.get(key, 0))
