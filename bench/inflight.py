@@ -285,6 +285,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         sent = traffic(host)
         result["per_run"] = {k: (sent[k] - sent_before[k]) / args.runs for k in sent}
         result["repeated_requests"] = repeated_requests(host)
+        result["status_seconds"] = status_seconds(host)
         return result
     finally:
         host.stop()
@@ -324,6 +325,28 @@ def repeated_requests(host: Host) -> dict[str, int]:
     # Why a turn is asked again: its step ran again, after a recovery (a lease that ran
     # out) or a retry of the step.
     out["run recoveries"], out["step retries"] = (int(v) for v in recovered or (0, 0))
+    return out
+
+
+def status_seconds(host: Host) -> dict[str, tuple[float, float]]:
+    """How long the runs stayed in each status, median and 90th percentile in seconds
+    (from the timeline's status changes): where a run's wall clock went, waiting on the
+    model (planning, running, judging) or on the host (preparing, context_loading,
+    verifying: CPU, CPU slots, the verify worker's processes)."""
+    with psycopg.connect(host.env["DATABASE_URL"], autocommit=True) as db:
+        rows = db.execute(
+            "SELECT data->>'from', extract(epoch FROM created_at - lag(created_at) OVER "
+            "(PARTITION BY run_id ORDER BY sequence_no)) FROM runs_runevent "
+            "WHERE type = 'agent.run.status.changed'"
+        ).fetchall()
+    spans: dict[str, list[float]] = {}
+    for status, seconds in rows:
+        if seconds is not None:
+            spans.setdefault(status, []).append(float(seconds))
+    out = {}
+    for status, values in spans.items():
+        values.sort()
+        out[status] = (values[len(values) // 2], values[int(len(values) * 0.9)])
     return out
 
 
@@ -429,6 +452,10 @@ def render(result: dict[str, Any]) -> str:
         f"{result.get('other_load_cores', 0):.2f} cores meanwhile: on the cores left, the "
         f"limit was {result.get('limit_on_cores_left_s', 0):.1f} s",
         "per run: " + ", ".join(f"{k} {v:.0f}" for k, v in result.get("per_run", {}).items()),
+        "time in each status, median / p90 s: "
+        + ", ".join(
+            f"{k} {m:.1f} / {p:.1f}" for k, (m, p) in result.get("status_seconds", {}).items()
+        ),
         "model requests repeating a turn: "
         + ", ".join(f"{k} {v}" for k, v in result.get("repeated_requests", {}).items()),
         "CPU per run, where it goes: "
