@@ -318,7 +318,7 @@ def leases_renew(leases: list[Lease]) -> dict[uuid.UUID, bool]:
         "WHERE r.id = held.id AND r.lease_owner = held.owner AND r.attempt = held.attempt "
         "RETURNING r.id, r.cancel_requested_at IS NOT NULL"
     )
-    params = [
+    params: list[Any] = [
         until,
         now,
         [lease.run_id for lease in leases],
