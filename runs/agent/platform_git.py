@@ -36,7 +36,6 @@ from pathlib import Path
 from django.conf import settings
 
 from runs.agent.sandbox import CommandCancelled, SandboxError
-from runs.agent.waits import connections_release_for_wait
 from runs.git_network import AddressRefused, connection_for
 
 # Overrides every .gitattributes of the tree (info/attributes has the highest
@@ -159,9 +158,6 @@ def git_run(
     ``protocol`` is the one transport it may use; the process and everything it starts
     are killed after ``timeout`` seconds (PlatformGitError) or as soon as
     ``should_stop()`` says so (GitStopped)."""
-    # Outside a transaction the thread's pooled database connection is not needed while
-    # git runs (runs.agent.waits).
-    connections_release_for_wait()
     full_env = {**git_environment(config), **(env or {}), "GIT_ALLOW_PROTOCOL": protocol}
     if git_dir is not None:
         full_env["GIT_DIR"] = str(git_dir)
