@@ -55,19 +55,17 @@ def test_concurrent_steps_share_their_renewal_and_a_taken_lease_stops_writing(wo
     taken_run, taken_lease = leased[0]
     started = threading.Barrier(STEPS + 1)
     finish = threading.Event()
-    heartbeats: dict[int, Heartbeat] = {}
+    # Steps that started at one moment (their renewals fall due together).
+    heartbeats = [Heartbeat(lease) for _, lease in leased]
 
-    def step(i: int, lease: engine.Lease) -> None:
+    def step(heartbeat: Heartbeat) -> None:
         # A step of its own thread, as in the threads pool: in its heartbeat until told.
-        with Heartbeat(lease) as heartbeat:
-            heartbeats[i] = heartbeat
+        with heartbeat:
             started.wait()
             finish.wait(timeout=60)
         connection.close()
 
-    threads = [
-        threading.Thread(target=step, args=(i, lease)) for i, (_, lease) in enumerate(leased)
-    ]
+    threads = [threading.Thread(target=step, args=(heartbeat,)) for heartbeat in heartbeats]
     for thread in threads:
         thread.start()
     started.wait()
