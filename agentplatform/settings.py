@@ -299,7 +299,8 @@ DATABASE_PREPARED_STATEMENTS = _env_value("DATABASE_PREPARED_STATEMENTS", bool, 
 
 # How long a step's lease lasts without a heartbeat; heartbeats renew it every third.
 RUN_LEASE_SECONDS = _env_value("RUN_LEASE_SECONDS", int, 30)
-# How many crash recoveries a run gets before it fails.
+# How many recoveries in a row at the same point (step, model turns) a run gets before
+# it fails: a poison step; recoveries after which the run moved on are not counted.
 RUN_MAX_RECOVERIES = _env_value("RUN_MAX_RECOVERIES", int, 3)
 # Retries of a step that could not reach the database (backoff capped at 30 s): a
 # database restart or a moment without free connections must not fail runs.

@@ -284,9 +284,70 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         )
         sent = traffic(host)
         result["per_run"] = {k: (sent[k] - sent_before[k]) / args.runs for k in sent}
+        result["repeated_requests"] = repeated_requests(host)
+        result["status_seconds"] = status_seconds(host)
         return result
     finally:
         host.stop()
+
+
+def repeated_requests(host: Host) -> dict[str, int]:
+    """Model requests asked for a turn already asked, by cause: ``provider retry`` when the
+    run's timeline records a retry of that turn by the provider (an error the client
+    retries within the step: expected), ``asked again`` otherwise (a turn asked a second
+    time by another execution of its step). The request log goes to the kept files."""
+    requests = host.model.requests()
+    if host.args.keep:
+        with open(host.root / "model-requests.jsonl", "w") as out:
+            for r in requests:
+                out.write(json.dumps({"key": r.key, "at": r.at, "position": r.position}) + "\n")
+    counts: dict[str, int] = {}
+    for r in requests:
+        counts[r.key] = counts.get(r.key, 0) + 1
+    repeated = {key: n - 1 for key, n in counts.items() if n > 1 and key}
+    with psycopg.connect(host.env["DATABASE_URL"], autocommit=True) as db:
+        rows = db.execute(
+            "SELECT run_id::text, data->>'step_no', data->>'turn_no' FROM runs_runevent "
+            "WHERE type = 'agent.model.request.retried'"
+        ).fetchall()
+        recovered = db.execute(
+            "SELECT coalesce(sum(recoveries), 0), coalesce(sum(retries), 0) FROM runs_run"
+        ).fetchone()
+    retried: dict[str, int] = {}
+    for run_id, step_no, turn_no in rows:
+        key = f"{run_id}:{step_no}:{turn_no}"
+        retried[key] = retried.get(key, 0) + 1
+    out = {"provider retry": 0, "asked again": 0}
+    for key, n in repeated.items():
+        by_provider = min(n, retried.get(key, 0))
+        out["provider retry"] += by_provider
+        out["asked again"] += n - by_provider
+    # Why a turn is asked again: its step ran again, after a recovery (a lease that ran
+    # out) or a retry of the step.
+    out["run recoveries"], out["step retries"] = (int(v) for v in recovered or (0, 0))
+    return out
+
+
+def status_seconds(host: Host) -> dict[str, tuple[float, float]]:
+    """How long the runs stayed in each status, median and 90th percentile in seconds
+    (from the timeline's status changes): where a run's wall clock went, waiting on the
+    model (planning, running, judging) or on the host (preparing, context_loading,
+    verifying: CPU, CPU slots, the verify worker's processes)."""
+    with psycopg.connect(host.env["DATABASE_URL"], autocommit=True) as db:
+        rows = db.execute(
+            "SELECT data->>'from', extract(epoch FROM created_at - lag(created_at) OVER "
+            "(PARTITION BY run_id ORDER BY sequence_no)) FROM runs_runevent "
+            "WHERE type = 'agent.run.status.changed'"
+        ).fetchall()
+    spans: dict[str, list[float]] = {}
+    for status, seconds in rows:
+        if seconds is not None:
+            spans.setdefault(status, []).append(float(seconds))
+    out = {}
+    for status, values in spans.items():
+        values.sort()
+        out[status] = (values[len(values) // 2], values[int(len(values) * 0.9)])
+    return out
 
 
 def submit_all(host: Host, token: str, repository: int, n: int) -> list[int]:
@@ -391,6 +452,12 @@ def render(result: dict[str, Any]) -> str:
         f"{result.get('other_load_cores', 0):.2f} cores meanwhile: on the cores left, the "
         f"limit was {result.get('limit_on_cores_left_s', 0):.1f} s",
         "per run: " + ", ".join(f"{k} {v:.0f}" for k, v in result.get("per_run", {}).items()),
+        "time in each status, median / p90 s: "
+        + ", ".join(
+            f"{k} {m:.1f} / {p:.1f}" for k, (m, p) in result.get("status_seconds", {}).items()
+        ),
+        "model requests repeating a turn: "
+        + ", ".join(f"{k} {v}" for k, v in result.get("repeated_requests", {}).items()),
         "CPU per run, where it goes: "
         + ", ".join(f"{k} {v / result['runs']:.3f} s" for k, v in result["cpu_s"].items()),
         "",

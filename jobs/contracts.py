@@ -132,6 +132,7 @@ CATALOG: list[EventType] = [
         "agent.run.recovered",
         "The reaper handed the run to a new worker.",
         required={"step_no": INT, "recoveries": INT},
+        optional={"model_turns": INT, "crashes_here": INT},
     ),
     _e(
         "agent.run.cancel.requested",

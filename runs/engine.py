@@ -296,14 +296,39 @@ def _fenced(lease: Lease) -> Any:
 
 def lease_renew(lease: Lease) -> bool | None:
     """Extend the lease; returns whether cancellation was requested, None if lost."""
+    return leases_renew([lease]).get(lease.run_id)
+
+
+def leases_renew(leases: list[Lease]) -> dict[uuid.UUID, bool]:
+    """Extend many leases in one statement: for each lease still held, whether its run's
+    cancellation was requested. A lease missing from the answer is no longer held.
+
+    Each row is fenced on (owner, attempt), as every write under a lease. A row locked by
+    another transaction (a step's commit) holds the statement up until it commits; a
+    lease taken meanwhile fails its fence and is left out of the answer.
+    """
+    if not leases:
+        return {}
     now = timezone.now()
-    renewed = _fenced(lease).update(
-        lease_until=now + timedelta(seconds=settings.RUN_LEASE_SECONDS), heartbeat_at=now
+    until = now + timedelta(seconds=settings.RUN_LEASE_SECONDS)
+    table = connection.ops.quote_name(Run._meta.db_table)
+    statement = (
+        f"UPDATE {table} AS r SET lease_until = %s, heartbeat_at = %s "  # noqa: S608 - table name is ours
+        "FROM unnest(%s::uuid[], %s::varchar[], %s::integer[]) AS held(id, owner, attempt) "
+        "WHERE r.id = held.id AND r.lease_owner = held.owner AND r.attempt = held.attempt "
+        "RETURNING r.id, r.cancel_requested_at IS NOT NULL"
     )
-    if renewed != 1:
-        return None
-    cancel = Run.objects.filter(pk=lease.run_id).values_list("cancel_requested_at", flat=True)
-    return cancel.first() is not None
+    params: list[Any] = [
+        until,
+        now,
+        [lease.run_id for lease in leases],
+        [lease.owner for lease in leases],
+        [lease.attempt for lease in leases],
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        rows = cursor.fetchall()
+    return {uuid.UUID(str(run_id)): bool(cancelled) for run_id, cancelled in rows}
 
 
 def lease_release(lease: Lease, *, count_retry: bool = False) -> bool:
@@ -353,31 +378,29 @@ class Heartbeat:
             self._expired = True
         return self._taken or self._expired
 
-    def beat(self) -> None:
-        """Renew once (from the heartbeat thread); sets ``done`` when renewing must stop."""
-        with self._beat_lock:
-            if not self.done:
-                self._context.run(self._renew)
+    @property
+    def renew_from(self) -> float:
+        """When (monotonic) this lease is renewed with the others: half an interval before
+        it falls due, so the steps of a moment share one statement (``heartbeats_renew``)
+        instead of one each."""
+        return self.due - self._interval / 2
 
-    def _renew(self) -> None:
+    def _renewal_begin(self) -> bool:
+        """Under ``_beat_lock``: whether to renew now (the step is still on and the lease
+        not lost); sets ``done`` when renewing must stop."""
+        if self.done:
+            return False
         self.due = time.monotonic() + self._interval
         if self.lost:
-            log.warning("heartbeat.lease_expired", run_id=str(self.lease.run_id))
+            self._context.run(log.warning, "heartbeat.lease_expired", run_id=str(self.lease.run_id))
             self.done = True
-            return
+            return False
         self._renewing = True
-        try:
-            state = lease_renew(self.lease)
-        except Exception:
-            # The connection may be dead (a terminated backend, a restarted server):
-            # close it so the next beat reconnects instead of failing on it until the
-            # lease runs out.
-            log.warning("heartbeat.failed", run_id=str(self.lease.run_id), exc_info=True)
-            with contextlib.suppress(Exception):
-                connection.close()
-            return
-        finally:
-            self._renewing = False
+        return True
+
+    def _renewal_end(self, state: bool | None) -> None:
+        """Under ``_beat_lock``: the renewal came back with ``state`` (``leases_renew``'s
+        answer for this lease: None, no longer held)."""
         if state is None:
             self._taken = True
             self.done = True
@@ -399,14 +422,58 @@ class Heartbeat:
             self.done = True
 
 
+def heartbeats_renew(heartbeats: list[Heartbeat]) -> None:
+    """Renew the leases of ``heartbeats`` with one statement (``leases_renew``).
+
+    A lease left out of the answer was taken by another worker: its step stops. A
+    statement that fails (a dead connection, an exhausted pool) renews none of them:
+    each lease stays good until its own deadline and becomes uncertain after it, as with
+    a renewal of its own. Each heartbeat's lock is held until the answer is applied, so
+    a step that ends meanwhile waits for it (and none starts after the step's end).
+    """
+    renewing: list[Heartbeat] = []
+    try:
+        for heartbeat in heartbeats:
+            heartbeat._beat_lock.acquire()
+            if heartbeat._renewal_begin():
+                renewing.append(heartbeat)
+            else:
+                heartbeat._beat_lock.release()
+        if not renewing:
+            return
+        try:
+            states = leases_renew([heartbeat.lease for heartbeat in renewing])
+        except Exception:
+            for heartbeat in renewing:
+                heartbeat._context.run(
+                    log.warning,
+                    "heartbeat.failed",
+                    run_id=str(heartbeat.lease.run_id),
+                    exc_info=True,
+                )
+            # The connection may be dead (a terminated backend, a restarted server):
+            # close it so the next beat reconnects instead of failing on it until the
+            # leases run out.
+            with contextlib.suppress(Exception):
+                connection.close()
+            return
+        for heartbeat in renewing:
+            heartbeat._renewal_end(states.get(heartbeat.lease.run_id))
+    finally:
+        for heartbeat in renewing:
+            heartbeat._renewing = False
+            heartbeat._beat_lock.release()
+
+
 class _Beats:
     """The process's heartbeat thread: renews the leases of the steps running in it.
 
     Started by the first step of the process and kept: it sleeps until the earliest
-    renewal is due (or a while when there is none), so a step shorter than a third of
-    its lease never wakes it. Renewals are made one after another; Celery's prefork
-    pool runs one step per process at a time. Its database connection is closed
-    whenever no step is left to renew, as a thread per step closed its own.
+    renewal may be made (or a while when there is none), so a step shorter than a sixth
+    of its lease never wakes it. The leases due at one moment are renewed by one statement
+    (``heartbeats_renew``): a threads pool runs hundreds of steps in one process. Its
+    database connection is closed whenever no step is left to renew, as a thread per
+    step closed its own.
     """
 
     def __init__(self) -> None:
@@ -430,7 +497,7 @@ class _Beats:
                 self._pid = os.getpid()
                 self._thread = threading.Thread(target=self._run, name="run-heartbeat", daemon=True)
                 self._thread.start()
-            elif heartbeat.due < self._wake_at:
+            elif heartbeat.renew_from < self._wake_at:
                 self._wake.set()
 
     def remove(self, heartbeat: Heartbeat) -> None:
@@ -441,15 +508,16 @@ class _Beats:
         while True:
             with self._lock:
                 now = time.monotonic()
-                due = [h for h in self._beating if h.due <= now]
+                due = [h for h in self._beating if h.renew_from <= now]
+                later = [h.renew_from for h in self._beating if h.renew_from > now]
                 idle = now + max(0.25, settings.RUN_LEASE_SECONDS / 6)
-                self._wake_at = min([h.due for h in self._beating if h.due > now] + [idle])
+                self._wake_at = min([*later, idle])
                 self._wake.clear()
+            try:
+                heartbeats_renew(due)
+            except Exception:  # never let one beat end the thread
+                log.exception("heartbeat.crashed", runs=len(due))
             for heartbeat in due:
-                try:
-                    heartbeat.beat()
-                except Exception:  # never let one step's renewal end the others'
-                    log.exception("heartbeat.crashed", run_id=str(heartbeat.lease.run_id))
                 if heartbeat.done:
                     self.remove(heartbeat)
             with self._lock:

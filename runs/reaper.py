@@ -14,7 +14,7 @@ from jobs.locks import sweep_lock
 from runs import dispatch
 from runs.engine import run_end_unleased
 from runs.logs import log
-from runs.models import Run
+from runs.models import ModelTurn, Run, RunEvent
 from runs.services import run_recover_stalled
 from runs.state import ACTIVE
 from runs.timeline import PendingEvent, events_record
@@ -28,12 +28,37 @@ class ReapReport:
     skipped: bool = False
 
 
+def crashes_here(run: Run) -> tuple[int, int]:
+    """How many recoveries in a row this one makes at the run's current point, and the
+    model turns answered so far: the point is the step and those turns (docs/design.md,
+    Decisions: "Recoveries count where the step crashed").
+
+    An expired lease does not say why: a worker that crashed (a poison step brings down
+    every worker that takes it) or an infrastructure fault (a heartbeat that could not
+    reach the database, a lost worker). A poison step crashes where it crashed before;
+    a fault meets runs wherever they are, and a run that moved on since its last
+    recovery (a step committed, a turn answered) starts over at one.
+    """
+    last = (
+        RunEvent.objects.filter(run=run, type="agent.run.recovered")
+        .order_by("-sequence_no")
+        .values_list("data", flat=True)
+        .first()
+    )
+    turns = ModelTurn.objects.filter(run=run).count()
+    if last is None or last.get("step_no") != run.step_no or last.get("model_turns") != turns:
+        return 1, turns
+    return int(last.get("crashes_here", 1)) + 1, turns
+
+
 def zombies_reap(*, limit: int = 100) -> ReapReport:
-    """Recover runs with expired leases; fail those whose recoveries are spent.
+    """Recover runs with expired leases; fail those that crashed at the same point more
+    than ``RUN_MAX_RECOVERIES`` times in a row (``crashes_here``).
 
     A worker's heartbeat renews its lease every third of the lease length, so an expired
     lease means the worker is gone or stalled. Clearing the lease here fences it out:
-    its later writes compare (owner, attempt) and change nothing.
+    its later writes compare (owner, attempt) and change nothing. ``recoveries`` counts
+    every recovery of the run; only the ones in a row at one point end it.
     """
     report = ReapReport()
     now = timezone.now()
@@ -57,17 +82,20 @@ def zombies_reap(*, limit: int = 100) -> ReapReport:
                     "recoveries": run.recoveries,
                 },
             )
-            if run.recoveries >= settings.RUN_MAX_RECOVERIES:
+            here, turns = crashes_here(run)
+            if here > settings.RUN_MAX_RECOVERIES:
                 Run.objects.filter(pk=run.pk, attempt=run.attempt).update(
                     lease_owner="", lease_until=None
                 )
 
-                def fail_unleased(run: Run = run, missed: PendingEvent = missed) -> None:
+                def fail_unleased(
+                    run: Run = run, missed: PendingEvent = missed, here: int = here
+                ) -> None:
                     run_end_unleased(
                         run_id=run.id,
                         target=Run.Status.FAILED,
                         reason="recoveries_exhausted",
-                        detail=f"worker lost {run.recoveries + 1} times",
+                        detail=f"worker lost {here} times in a row at step {run.step_no}",
                         events=[missed],
                     )
 
@@ -89,7 +117,12 @@ def zombies_reap(*, limit: int = 100) -> ReapReport:
                     missed,
                     PendingEvent(
                         "agent.run.recovered",
-                        {"step_no": run.step_no, "recoveries": run.recoveries + 1},
+                        {
+                            "step_no": run.step_no,
+                            "recoveries": run.recoveries + 1,
+                            "model_turns": turns,
+                            "crashes_here": here,
+                        },
                     ),
                 ],
             )

@@ -29,6 +29,7 @@ from django.conf import settings
 
 from runs.agent.backends import CommandSpec, Limits, SandboxBackend, backend_get
 from runs.agent.slots import SlotWaitCancelled, cpu_slot
+from runs.agent.waits import connections_release_for_wait
 
 # Host variables a command may inherit from the worker: locale only. Tokens, keys and
 # database URLs of the platform never reach the repository's code.
@@ -260,7 +261,9 @@ class LocalSandbox(Sandbox):
     @contextmanager
     def _slot(self, should_stop: Callable[[], bool] | None) -> Iterator[None]:
         # The command waits for a CPU slot of the host (runs.agent.slots) before it
-        # starts, and holds it until its whole tree is killed.
+        # starts, and holds it until its whole tree is killed; the thread's database
+        # connection goes back to the pool meanwhile (runs.agent.waits).
+        connections_release_for_wait()
         try:
             with cpu_slot(should_stop):
                 yield

@@ -7,10 +7,13 @@ model.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
+from django.db import InterfaceError, OperationalError, connection
 from django.db.models import F
 
 from runs.agent.artifacts import artifact_create
@@ -23,7 +26,8 @@ from runs.agent.profiles import (
 )
 from runs.agent.tools import tool_call_problem
 from runs.agent.waits import connections_release_for_wait
-from runs.engine import StepContext, StepFailed, TransientStepError
+from runs.engine import LeaseLost, StepContext, StepFailed, TransientStepError
+from runs.logs import log
 from runs.models import ModelTurn, Run
 from runs.providers import ModelReply, provider_for_profile
 from runs.providers.base import (
@@ -134,6 +138,59 @@ def reply_problem(reply: ModelReply, tools: list[dict[str, Any]], purpose: str) 
     return ""
 
 
+# How long an answered turn's commit waits between tries while the database refuses it.
+CHECKPOINT_RETRY_SECONDS = 0.2
+CHECKPOINT_RETRY_MAX_SECONDS = 2.0
+
+
+def _answer_checkpoint(ctx: StepContext, write: Callable[[], None], *, turn_no: int) -> None:
+    """Commit an answered turn (``write``, in ``ctx.fenced()``), again after a lost or
+    refused database connection (an exhausted pool, a restart) for as long as the step's
+    lease holds: the answer is paid for, and a step that gave up here would ask the model
+    the same turn again. A lease that became uncertain ends the tries (LeaseLost): from
+    then on the run is the reaper's to hand on, and this worker writes nothing.
+
+    A commit whose acknowledgement was lost on the way back has landed: the turn's row
+    is there, and it is not written twice.
+    """
+    delay = CHECKPOINT_RETRY_SECONDS
+    tried = False
+    while True:
+        buffered = list(ctx.events)
+        try:
+            with ctx.fenced():
+                if (
+                    tried
+                    and ModelTurn.objects.filter(
+                        run=ctx.run, step_no=ctx.step_no, turn_no=turn_no
+                    ).exists()
+                ):
+                    ctx.events = []  # flushed by the commit that landed
+                    return
+                write()
+            return
+        except (OperationalError, InterfaceError) as exc:
+            ctx.events = buffered
+            with contextlib.suppress(Exception):
+                connection.close()
+            if ctx.heartbeat is None:
+                raise
+            if ctx.heartbeat.lost:
+                raise LeaseLost(
+                    f"lease on run {ctx.run.id} uncertain before its turn was kept"
+                ) from exc
+            log.warning(
+                "model.turn_checkpoint_retried",
+                run_id=str(ctx.run.id),
+                step_no=ctx.step_no,
+                turn_no=turn_no,
+                exc_info=True,
+            )
+            tried = True
+            time.sleep(delay)
+            delay = min(delay * 2, CHECKPOINT_RETRY_MAX_SECONDS)
+
+
 def turn_obtain(
     ctx: StepContext,
     *,
@@ -192,7 +249,8 @@ def turn_obtain(
     usage = reply.usage
     cost = profile.for_model(model).cost(usage.tokens_in, usage.tokens_out, usage.tokens_cached)
     problem = reply_problem(reply, tools, purpose)
-    with ctx.fenced():
+
+    def checkpoint() -> None:
         request = artifact_create(
             run=ctx.run,
             kind="model_request",
@@ -274,6 +332,8 @@ def turn_obtain(
                     "tool_calls": [c.name[:64] for c in reply.tool_calls],
                 },
             )
+
+    _answer_checkpoint(ctx, checkpoint, turn_no=turn_no)
     ctx.run.cost_usd += cost
     if problem:
         # The reply that reaches the limit is the last one paid for: with a limit of 8,

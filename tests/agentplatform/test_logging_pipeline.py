@@ -303,10 +303,10 @@ def test_the_heartbeat_thread_logs_in_its_steps_context(monkeypatch, settings, j
 
     from runs import engine
 
-    def refuse(lease):
+    def refuse(leases):
         raise RuntimeError("database unreachable")
 
-    monkeypatch.setattr(engine, "lease_renew", refuse)
+    monkeypatch.setattr(engine, "leases_renew", refuse)
     settings.RUN_LEASE_SECONDS = 1
     structlog.contextvars.bind_contextvars(task_id="task-in-context", trace_id="b" * 32)
     try:

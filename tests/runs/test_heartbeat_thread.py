@@ -31,7 +31,7 @@ def _leased_run(workspace):
 
 def test_short_steps_share_one_thread_and_renew_nothing(workspace, monkeypatch):
     renewals = []
-    monkeypatch.setattr(engine, "lease_renew", lambda lease: renewals.append(lease))
+    monkeypatch.setattr(engine, "leases_renew", lambda leases: renewals.extend(leases) or {})
     _, lease = _leased_run(workspace)
     for _ in range(50):
         with Heartbeat(lease) as heartbeat:

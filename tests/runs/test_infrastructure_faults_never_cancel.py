@@ -16,6 +16,7 @@ must complete and none may end cancelled.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import subprocess
@@ -59,18 +60,28 @@ class SlowModelServer(ScriptedModelServer):
         return super().reply(body, position)
 
 
-def _script() -> dict[str, Any]:
+def _script(*, commands: int = 1) -> dict[str, Any]:
+    """The short fix, its test command slow; with ``commands`` 2, run twice (two turns)."""
     script = short_fix_script()
     for turn in script["turns"]:
         for call in turn.get("tool_calls", []):
             if call["name"] == "run_command":
                 call["arguments"]["command"] = COMMAND
+    if commands == 2:
+        script["turns"].insert(2, copy.deepcopy(script["turns"][1]))
     return script
 
 
 @pytest.fixture
 def model() -> Iterator[SlowModelServer]:
     server = SlowModelServer(_script())
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def model_two_commands() -> Iterator[SlowModelServer]:
+    server = SlowModelServer(_script(commands=2))
     yield server
     server.close()
 
@@ -134,11 +145,10 @@ def _starve_heartbeat(role: str, seconds: float) -> None:
         while time.monotonic() < deadline:
             admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s "
-                "AND (query LIKE %s OR query LIKE %s) AND NOT pid = ANY(%s)",
+                "AND query LIKE %s AND NOT pid = ANY(%s)",
                 [
                     role,
-                    'SELECT "runs_run"."cancel_requested_at" %',
-                    'UPDATE "runs_run" SET "lease_until" = %',
+                    'UPDATE "runs_run" AS r SET lease_until = %',
                     [c.info.backend_pid for c in held],
                 ],
             )
@@ -193,6 +203,68 @@ def test_a_connection_shortage_cancels_no_run(
     assert outcomes == [(Run.Status.COMPLETED, "")] * RUNS, outcomes
     assert not Run.objects.filter(pk__in=ids, status=Run.Status.CANCELLED).exists()
     # The shortage was real: the worker was refused for the role's limit.
+    assert "too many connections for role" in worker.output()
+    connection.close()
+
+
+def test_connection_shortages_at_two_points_of_a_run_do_not_spend_its_recoveries(
+    workspace, repository, start_worker, scarce_role, model_two_commands, settings
+):
+    """A recovery after which the run moved on is not counted against it: with one
+    recovery allowed at a point, two shortages at two points of every run (its first
+    and its second test command) end none of them (docs/design.md, Decisions:
+    "Recoveries count where the step crashed")."""
+    model = model_two_commands
+    settings.RUN_MAX_RECOVERIES = 1
+    settings.MODEL_PROFILES = {**settings.MODEL_PROFILES, PROFILE: model.profile()}
+    db = settings.DATABASES["default"]
+    worker = start_worker(
+        pool="threads",
+        concurrency=RUNS,
+        env={
+            "DATABASE_URL": f"postgres://{scarce_role}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+            "MODEL_PROFILES": json.dumps({PROFILE: model.profile()}),
+        },
+    )
+    workspace.max_active_runs = repository.max_active_runs = RUNS
+    workspace.save()
+    repository.save()
+    ids = [
+        task_submit(
+            workspace=workspace,
+            repository=repository,
+            instruction=f"Fix add() ({n})",
+            model_options={"profile": PROFILE},
+        ).run.pk
+        for n in range(RUNS)
+    ]
+
+    def recovered(times: int) -> bool:
+        zombies_reap()
+        return all(r.recoveries >= times for r in Run.objects.filter(pk__in=ids))
+
+    for times, position in ((1, "act-1"), (2, "act-2")):
+        # Every run has asked for this test command, and runs it.
+        wait_for(
+            lambda position=position: (
+                sum(1 for r in model.requests() if r.position == position) >= RUNS
+            ),
+            timeout=180,
+            message=f"runs to reach their command of {position}",
+        )
+        time.sleep(MODEL_SECONDS + 0.5)
+        _starve_heartbeat(scarce_role, settings.RUN_LEASE_SECONDS + 2.0)
+        wait_for(lambda times=times: recovered(times), timeout=60, message="the recoveries")
+
+    def ended() -> list[Run] | None:
+        zombies_reap()
+        current = list(Run.objects.filter(pk__in=ids))
+        return current if all(r.status in TERMINAL for r in current) else None
+
+    final = wait_for(ended, timeout=240, message="every run to end")
+    outcomes = sorted((r.status, r.failure_reason) for r in final)
+    assert outcomes == [(Run.Status.COMPLETED, "")] * RUNS, outcomes
+    assert all(r.recoveries == 2 for r in final), [r.recoveries for r in final]
     assert "too many connections for role" in worker.output()
     connection.close()
 
