@@ -9,7 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.urls import reverse
 
-from jobs.admin import dead_letter_linker_register
+from jobs.admin.dead_letters import dead_letter_linker_register
 from runs.models import Run, Task
 from runs.timeline import event_record
 

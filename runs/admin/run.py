@@ -17,7 +17,14 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from jobs.admin import OperatorAdmin, age_text, is_operator, pretty_json, since, status_badge
+from jobs.admin.console import (
+    OperatorAdmin,
+    age_text,
+    is_operator,
+    pretty_json,
+    since,
+    status_badge,
+)
 from runs import services
 from runs.admin.actions import _is_uuid, run_operator_action_record
 from runs.admin.run_page import run_console

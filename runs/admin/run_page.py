@@ -8,7 +8,7 @@ from typing import Any
 from django.db.models import Count
 from django.utils import timezone
 
-from jobs.admin import age_text, status_badge
+from jobs.admin.console import age_text, status_badge
 from runs.agent.budget import budget_used
 from runs.models import Approval, Artifact, Run, RunEvent
 from runs.state import ACTIVE, TERMINAL

@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from jobs.admin import OperatorAdmin, status_badge
+from jobs.admin.console import OperatorAdmin, status_badge
 from runs import priorities, services
 from runs.admin.actions import run_operator_action_record
 from runs.models import Run, Task

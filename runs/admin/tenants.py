@@ -8,7 +8,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from jobs.admin import OperatorAdmin
+from jobs.admin.console import OperatorAdmin
 from runs.admin.identities import repository_webhook_path, webhook_secret_rotate
 from runs.models import ApiToken, Membership, Repository, Workspace, WorkspaceSpend
 
