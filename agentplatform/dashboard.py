@@ -201,11 +201,30 @@ def _seconds(value: float | None) -> str:
 def dashboard_metrics(*, now: datetime | None = None) -> dict[str, Any]:
     """Every number on the dashboard, with its threshold tone."""
     now = now or timezone.now()
-    hour_ago, day_ago = now - timedelta(hours=1), now - timedelta(days=1)
+    day_ago = now - timedelta(days=1)
+    active = active_by_state()
+    per_hour = runs_per_hour(now)
+    histogram = duration_histogram(day_ago)
+    return {
+        "now": now,
+        "queues": queue_tiles(),
+        "health": health_tiles(active),
+        "throughput": throughput_tiles(now),
+        "active_by_state": active,
+        "fairness": fairness.workspace_queues(now),
+        "cost_today": cost_today(now),
+        "runs_per_hour": per_hour,
+        "duration_histogram": histogram,
+        "runs_per_hour_svg": runs_per_hour_svg(per_hour),
+        "duration_svg": histogram_svg(histogram),
+    }
 
+
+def queue_tiles() -> list[Metric]:
+    """Each queue's depth in the broker, warned at OPS_QUEUE_DEPTH_WARN."""
     depths = queue_depths()
     depth_warn = threshold("OPS_QUEUE_DEPTH_WARN", 100)
-    queues = [
+    return [
         Metric(
             name,
             depth,
@@ -215,13 +234,9 @@ def dashboard_metrics(*, now: datetime | None = None) -> dict[str, Any]:
         for name, depth in depths.items()
     ]
 
-    lag = outbox_lag_seconds()
-    lag_warn = threshold("OPS_OUTBOX_LAG_WARN_SECONDS", 30)
-    outbox_pending = OutboxEvent.objects.filter(published_at__isnull=True).count()
-    open_letters = DeadLetter.objects.filter(status=DeadLetter.Status.OPEN).count()
-    lease_age = oldest_lease_age_seconds()
-    lease_warn = threshold("OPS_LEASE_AGE_WARN_SECONDS", settings.RUN_LEASE_SECONDS)
 
+def active_by_state() -> list[tuple[str, int]]:
+    """Active runs per status, every active status listed (zero included)."""
     by_state = dict(
         Run.objects.filter(status__in=ACTIVE)
         .order_by()
@@ -229,8 +244,39 @@ def dashboard_metrics(*, now: datetime | None = None) -> dict[str, Any]:
         .annotate(n=Count("id"))
         .values_list("status", "n")
     )
-    active = [(status, by_state.get(status, 0)) for status in Run.Status.values if status in ACTIVE]
+    return [(status, by_state.get(status, 0)) for status in Run.Status.values if status in ACTIVE]
 
+
+def health_tiles(active: list[tuple[str, int]]) -> list[Metric]:
+    """Outbox lag, open dead letters, the oldest lease and the active runs."""
+    lag = outbox_lag_seconds()
+    lag_warn = threshold("OPS_OUTBOX_LAG_WARN_SECONDS", 30)
+    outbox_pending = OutboxEvent.objects.filter(published_at__isnull=True).count()
+    open_letters = DeadLetter.objects.filter(status=DeadLetter.Status.OPEN).count()
+    lease_age = oldest_lease_age_seconds()
+    lease_warn = threshold("OPS_LEASE_AGE_WARN_SECONDS", settings.RUN_LEASE_SECONDS)
+    return [
+        Metric(
+            "outbox lag",
+            lag,
+            _seconds(lag),
+            "bad" if lag >= lag_warn * 4 else "warn" if lag >= lag_warn else "",
+            f"{outbox_pending} pending",
+        ),
+        Metric("open dead letters", open_letters, str(open_letters), "bad" if open_letters else ""),
+        Metric(
+            "oldest lease age",
+            lease_age,
+            _seconds(lease_age),
+            "bad" if lease_age >= lease_warn else "",
+        ),
+        Metric("active runs", sum(n for _, n in active), str(sum(n for _, n in active))),
+    ]
+
+
+def throughput_tiles(now: datetime) -> list[Metric]:
+    """Runs finished in the last hour and day, the success rate and the durations."""
+    hour_ago, day_ago = now - timedelta(hours=1), now - timedelta(days=1)
     window = Run.objects.filter(status__in=TERMINAL, status_changed_at__gte=day_ago).aggregate(
         completed_hour=Count(
             "id", filter=Q(status=Run.Status.COMPLETED, status_changed_at__gte=hour_ago)
@@ -250,9 +296,31 @@ def dashboard_metrics(*, now: datetime | None = None) -> dict[str, Any]:
     decided = window["completed_day"] + window["failed_day"]
     success = window["completed_day"] / decided if decided else None
     success_warn = threshold("OPS_SUCCESS_RATE_WARN", 0.8)
-
     p50, p95 = duration_percentiles(day_ago)
+    return [
+        Metric("completed (1h)", window["completed_hour"], str(window["completed_hour"])),
+        Metric(
+            "failed (1h)",
+            window["failed_hour"],
+            str(window["failed_hour"]),
+            "warn" if window["failed_hour"] else "",
+        ),
+        Metric("completed (24h)", window["completed_day"], str(window["completed_day"])),
+        Metric("failed (24h)", window["failed_day"], str(window["failed_day"])),
+        Metric(
+            "success rate (24h)",
+            success,
+            "-" if success is None else f"{success:.0%}",
+            "bad" if success is not None and success < success_warn else "",
+            f"{window['cancelled_day']} cancelled",
+        ),
+        Metric("p50 duration", p50, _seconds(p50)),
+        Metric("p95 duration", p95, _seconds(p95)),
+    ]
 
+
+def cost_today(now: datetime) -> list[dict[str, Any]]:
+    """Each workspace's model spend today against its daily budget, highest first."""
     # The same daily totals the admission's budget check reads: one row per workspace
     # that spent today, whatever the number of runs.
     costs = (
@@ -270,59 +338,7 @@ def dashboard_metrics(*, now: datetime | None = None) -> dict[str, Any]:
         cost_rows.append(
             {"workspace": row["workspace__slug"], "cost": spent, "budget": budget, "tone": tone}
         )
-
-    per_hour = runs_per_hour(now)
-    histogram = duration_histogram(day_ago)
-    return {
-        "now": now,
-        "queues": queues,
-        "health": [
-            Metric(
-                "outbox lag",
-                lag,
-                _seconds(lag),
-                "bad" if lag >= lag_warn * 4 else "warn" if lag >= lag_warn else "",
-                f"{outbox_pending} pending",
-            ),
-            Metric(
-                "open dead letters", open_letters, str(open_letters), "bad" if open_letters else ""
-            ),
-            Metric(
-                "oldest lease age",
-                lease_age,
-                _seconds(lease_age),
-                "bad" if lease_age >= lease_warn else "",
-            ),
-            Metric("active runs", sum(n for _, n in active), str(sum(n for _, n in active))),
-        ],
-        "throughput": [
-            Metric("completed (1h)", window["completed_hour"], str(window["completed_hour"])),
-            Metric(
-                "failed (1h)",
-                window["failed_hour"],
-                str(window["failed_hour"]),
-                "warn" if window["failed_hour"] else "",
-            ),
-            Metric("completed (24h)", window["completed_day"], str(window["completed_day"])),
-            Metric("failed (24h)", window["failed_day"], str(window["failed_day"])),
-            Metric(
-                "success rate (24h)",
-                success,
-                "-" if success is None else f"{success:.0%}",
-                "bad" if success is not None and success < success_warn else "",
-                f"{window['cancelled_day']} cancelled",
-            ),
-            Metric("p50 duration", p50, _seconds(p50)),
-            Metric("p95 duration", p95, _seconds(p95)),
-        ],
-        "active_by_state": active,
-        "fairness": fairness.workspace_queues(now),
-        "cost_today": cost_rows,
-        "runs_per_hour": per_hour,
-        "duration_histogram": histogram,
-        "runs_per_hour_svg": runs_per_hour_svg(per_hour),
-        "duration_svg": histogram_svg(histogram),
-    }
+    return cost_rows
 
 
 # --- charts (inline SVG: the console works without any network access) ------------------------

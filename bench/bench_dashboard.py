@@ -25,6 +25,7 @@ import time
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +64,7 @@ def seed(total: int) -> None:
     from django.db import connection, transaction
     from django.utils import timezone
 
-    from runs.models import Repository, Run, Task, Workspace
+    from runs.models import Run, Task
 
     have = Run.objects.count()
     if have >= total:
@@ -72,22 +73,7 @@ def seed(total: int) -> None:
     started = time.perf_counter()
     rng = random.Random(42)
     now = timezone.now()
-    workspaces = [
-        Workspace.objects.get_or_create(
-            slug=f"bench{i}",
-            defaults={
-                "name": f"Bench {i}",
-                "daily_cost_budget_usd": Decimal("50") if i % 3 == 0 else 0,
-            },
-        )[0]
-        for i in range(20)
-    ]
-    repositories = [
-        Repository.objects.get_or_create(
-            workspace=workspaces[i % 20], name=f"repo{i}", defaults={"clone_url": "/nonexistent"}
-        )[0]
-        for i in range(60)
-    ]
+    repositories = _seed_repositories()
     outcomes = ["completed"] * 80 + ["failed"] * 12 + ["cancelled"] * 5 + ["timed_out"] * 3
     active = ["queued", "running", "verifying", "awaiting_approval", "planning"]
     reasons = [
@@ -148,6 +134,29 @@ def seed(total: int) -> None:
         )
         cursor.execute("VACUUM (ANALYZE)")  # as autovacuum would, were it on
     print(f"seed: {total - have} runs in {time.perf_counter() - started:.1f}s")
+
+
+def _seed_repositories() -> list[Any]:
+    """Sixty repositories in twenty workspaces, a third of them with a daily budget."""
+    from runs.models import Repository, Workspace
+
+    workspaces = [
+        Workspace.objects.get_or_create(
+            slug=f"bench{i}",
+            defaults={
+                "name": f"Bench {i}",
+                "daily_cost_budget_usd": Decimal("50") if i % 3 == 0 else 0,
+            },
+        )[0]
+        for i in range(20)
+    ]
+    repositories = [
+        Repository.objects.get_or_create(
+            workspace=workspaces[i % 20], name=f"repo{i}", defaults={"clone_url": "/nonexistent"}
+        )[0]
+        for i in range(60)
+    ]
+    return repositories
 
 
 def timed(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]

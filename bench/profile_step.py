@@ -17,7 +17,7 @@ import pstats
 import time
 from collections import Counter
 
-from bench.run import bench_environment, database_recreate
+from bench.environment import bench_environment, database_recreate
 
 
 def main() -> None:

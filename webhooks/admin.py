@@ -10,7 +10,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from jobs.admin import ReadOnlyQueueAdmin, pretty_json, status_badge
+from jobs.admin.console import ReadOnlyQueueAdmin, pretty_json, status_badge
 from webhooks.models import CiResult, WebhookAction, WebhookReceipt
 
 # Headers that could carry credentials are masked even in the operator's view.

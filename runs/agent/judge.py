@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from runs.agent.tools import path_is_forbidden
+from runs.agent.tool_policy import path_is_forbidden
 
 DEFAULT_MAX_DIFF_LINES = 2000
 

@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from jobs.admin import OperatorAdmin, pretty_json
+from jobs.admin.console import OperatorAdmin, pretty_json
 from runs.models import RunReplay
 
 

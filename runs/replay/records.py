@@ -1,6 +1,6 @@
 """Rows the uses of the recorded history keep: replays, fold snapshots, imports.
 
-Foreign keys name ``runs.Run`` by string: runs.models imports this module at its end,
+Foreign keys name ``runs.Run`` by string: runs.models imports this module with the others,
 so these models belong to the runs app without a second import of runs.models.
 """
 

@@ -14,7 +14,7 @@ from runs.engine import (
     TransientStepError,
 )
 from runs.gitproviders import git_provider_for
-from runs.gitproviders.base import GitProviderError
+from runs.gitproviders.base import GitProvider, GitProviderError, PullRequestInfo
 from runs.models import Approval, Patch, PullRequest
 from runs.steps.common import S
 
@@ -102,6 +102,41 @@ def step_creating_pr(ctx: StepContext) -> Outcome:
         {"branch": branch, "base": base_branch, "provider": provider.name},
     )
     ctx.check_cancelled()
+    head_sha, info = _pull_request_publish(
+        ctx,
+        patch=patch,
+        provider=provider,
+        branch=branch,
+        base_branch=base_branch,
+        title=title,
+        message=message,
+        body=body,
+    )
+    _pull_request_record(
+        ctx,
+        provider=provider,
+        info=info,
+        branch=branch,
+        base_branch=base_branch,
+        head_sha=head_sha,
+        title=title,
+    )
+    return Outcome(to=S.COMPLETED)
+
+
+def _pull_request_publish(
+    ctx: StepContext,
+    *,
+    patch: Patch,
+    provider: GitProvider,
+    branch: str,
+    base_branch: str,
+    title: str,
+    message: str,
+    body: str,
+) -> tuple[str, PullRequestInfo]:
+    """The verified patch committed in the platform's repository, pushed to the task's
+    branch, and its pull request opened or found; the commit and the request."""
     try:
         git_dir = platform_repository(ctx.run, ctx.should_stop)
         head_sha, pushed = patch_commit(
@@ -112,14 +147,14 @@ def step_creating_pr(ctx: StepContext) -> Outcome:
         )
         _patch_match(ctx, patch, pushed.sha256, branch)
         provider.branch_push(
-            repository=repository,
+            repository=ctx.repository,
             git_dir=git_dir,
             commit=head_sha,
             branch=branch,
             should_stop=ctx.should_stop,
         )
         info = provider.pull_request_ensure(
-            repository=repository,
+            repository=ctx.repository,
             branch=branch,
             base_branch=base_branch,
             title=title,
@@ -136,7 +171,21 @@ def step_creating_pr(ctx: StepContext) -> Outcome:
     except SandboxError as exc:
         ctx.emit("agent.pr.creation.failed", {"branch": branch, "error": redact(str(exc))[:500]})
         raise StepFailed("pr_creation_failed", str(exc)) from exc
+    return head_sha, info
 
+
+def _pull_request_record(
+    ctx: StepContext,
+    *,
+    provider: GitProvider,
+    info: PullRequestInfo,
+    branch: str,
+    base_branch: str,
+    head_sha: str,
+    title: str,
+) -> None:
+    """The task's pull request row (an upsert on task and provider), with the step's
+    commit, and its ``agent.pr.created`` or ``agent.pr.updated`` event."""
     existed = PullRequest.objects.filter(task=ctx.task, provider=provider.name).exists()
 
     def record() -> None:
@@ -168,4 +217,3 @@ def step_creating_pr(ctx: StepContext) -> Outcome:
             "reconciled": not existed and not info.created,
         },
     )
-    return Outcome(to=S.COMPLETED)

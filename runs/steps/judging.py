@@ -96,6 +96,39 @@ def step_judging(ctx: StepContext) -> Outcome:
         model = _model_judge(ctx, diff_text)
         if model is not None:
             verdicts.append(("model", model))
+    _judgements_record(ctx, patch, verdicts)
+    worst = verdict_combine([v for _, v in verdicts])
+    if worst.verdict == "block":
+        rules_hit = ", ".join(sorted({str(f.get("rule")) for f in worst.findings}))
+        raise StepFailed("judge_blocked", f"blocked by: {rules_hit}")
+    if worst.verdict == "revise":
+        return _retry_with_feedback(
+            ctx,
+            reason="judge_revise",
+            feedback="A reviewer asks for changes: "
+            + "; ".join(
+                str(f["reason"]) if f.get("reason") else json.dumps(f) for f in worst.findings
+            ),
+        )
+    flagged_tests = any(f.get("rule") == "tests_modified" for f in worst.findings)
+    # Whatever the mode: what the patch does to its own verification is for a human.
+    steered = any(f.get("severity") == "approval" for f in worst.findings)
+    if (
+        ctx.task.execution_mode == "supervised_pr"
+        or ctx.task.risk_level == "high"
+        or steered
+        or (flagged_tests and settings.TESTS_MODIFIED_REQUIRES_APPROVAL)
+    ):
+        reason = (
+            "test_configuration" if steered else "tests_modified" if flagged_tests else "policy"
+        )
+        return _approval_request(ctx, patch, reason=reason)
+    return Outcome(to=S.CREATING_PR)
+
+
+def _judgements_record(ctx: StepContext, patch: Patch, verdicts: list[tuple[str, Verdict]]) -> None:
+    """Each judge's verdict on the patch: its row (once per run, patch and judge) and its
+    ``agent.judge.completed`` event."""
     for judge, verdict in verdicts:
 
         def record_attempt(judge: str = judge, verdict: Verdict = verdict) -> None:
@@ -121,52 +154,28 @@ def step_judging(ctx: StepContext) -> Outcome:
                 "findings": verdict.findings,
             },
         )
-    worst = verdict_combine([v for _, v in verdicts])
-    if worst.verdict == "block":
-        rules_hit = ", ".join(sorted({str(f.get("rule")) for f in worst.findings}))
-        raise StepFailed("judge_blocked", f"blocked by: {rules_hit}")
-    if worst.verdict == "revise":
-        return _retry_with_feedback(
-            ctx,
-            reason="judge_revise",
-            feedback="A reviewer asks for changes: "
-            + "; ".join(
-                str(f["reason"]) if f.get("reason") else json.dumps(f) for f in worst.findings
-            ),
-        )
-    flagged_tests = any(f.get("rule") == "tests_modified" for f in worst.findings)
-    # Whatever the mode: what the patch does to its own verification is for a human.
-    steered = any(f.get("severity") == "approval" for f in worst.findings)
-    if (
-        ctx.task.execution_mode == "supervised_pr"
-        or ctx.task.risk_level == "high"
-        or steered
-        or (flagged_tests and settings.TESTS_MODIFIED_REQUIRES_APPROVAL)
-    ):
-        expires = timezone.now() + timedelta(seconds=settings.APPROVAL_TTL_SECONDS)
 
-        def request_approval() -> None:
-            Approval.objects.get_or_create(
-                run=ctx.run,
-                status=Approval.Status.PENDING,
-                defaults={"patch": patch, "patch_sha256": patch.diff_sha256, "expires_at": expires},
-            )
 
-        ctx.write_on_commit(request_approval)
-        ctx.emit(
-            "agent.approval.requested",
-            {
-                "patch_id": patch.id,
-                "patch_sha256": patch.diff_sha256,
-                "expires_at": expires.isoformat(),
-                "reason": (
-                    "test_configuration"
-                    if steered
-                    else "tests_modified"
-                    if flagged_tests
-                    else "policy"
-                ),
-            },
+def _approval_request(ctx: StepContext, patch: Patch, *, reason: str) -> Outcome:
+    """The patch waits for a person: a pending approval that expires after
+    APPROVAL_TTL_SECONDS, and its ``agent.approval.requested`` event."""
+    expires = timezone.now() + timedelta(seconds=settings.APPROVAL_TTL_SECONDS)
+
+    def request_approval() -> None:
+        Approval.objects.get_or_create(
+            run=ctx.run,
+            status=Approval.Status.PENDING,
+            defaults={"patch": patch, "patch_sha256": patch.diff_sha256, "expires_at": expires},
         )
-        return Outcome(to=S.AWAITING_APPROVAL, wait=True)
-    return Outcome(to=S.CREATING_PR)
+
+    ctx.write_on_commit(request_approval)
+    ctx.emit(
+        "agent.approval.requested",
+        {
+            "patch_id": patch.id,
+            "patch_sha256": patch.diff_sha256,
+            "expires_at": expires.isoformat(),
+            "reason": reason,
+        },
+    )
+    return Outcome(to=S.AWAITING_APPROVAL, wait=True)

@@ -96,24 +96,7 @@ def _tool_call_run(
     except ToolDenied as exc:
         denial = str(exc)
     if existing is None:
-        with ctx.fenced():
-            ToolCall.objects.create(
-                **keys,
-                tool=request.name[:64],
-                arguments=request.arguments,
-                status=ToolCall.Status.DENIED if denial else ToolCall.Status.STARTED,
-                error=denial,
-                finished_at=timezone.now() if denial else None,
-            )
-            ctx.emit("agent.tool.call.requested", {**base, "arguments": _short(request.arguments)})
-            if denial:
-                ctx.emit("agent.tool.call.denied", {**base, "reason": denial})
-                ctx.emit(
-                    "agent.policy.denied",
-                    {**base, "reason": denial, "arguments": _short(request.arguments)},
-                )
-            else:
-                ctx.emit("agent.tool.call.started", base)
+        _tool_call_open(ctx, keys, base, request, denial)
     if denial:
         return f"denied by policy: {denial}", False
     started = time.monotonic()
@@ -121,25 +104,11 @@ def _tool_call_run(
         result = toolbox.execute(request.name, request.arguments)
     except CommandCancelled as exc:
         # The command's process group is already gone; say so before the run ends.
-        with ctx.fenced():
-            ToolCall.objects.filter(**keys).update(
-                status=ToolCall.Status.FAILED,
-                error="stopped: run cancelled",
-                duration_ms=int((time.monotonic() - started) * 1000),
-                finished_at=timezone.now(),
-            )
-            ctx.emit("agent.tool.call.failed", {**base, "error": "stopped: run cancelled"})
+        _tool_call_stopped(ctx, keys, base, error="stopped: run cancelled", started=started)
         raise RunCancelled() from exc
     except WorkspaceTooLarge as exc:
         # The command was killed; a working copy over its limit is not checkpointed.
-        with ctx.fenced():
-            ToolCall.objects.filter(**keys).update(
-                status=ToolCall.Status.FAILED,
-                error=str(exc),
-                duration_ms=int((time.monotonic() - started) * 1000),
-                finished_at=timezone.now(),
-            )
-            ctx.emit("agent.tool.call.failed", {**base, "error": str(exc)})
+        _tool_call_stopped(ctx, keys, base, error=str(exc), started=started)
         raise StepFailed("workspace_too_large", str(exc)) from exc
     duration_ms = int((time.monotonic() - started) * 1000)
     report = existing is None or existing.status == ToolCall.Status.STARTED
@@ -162,6 +131,45 @@ def _tool_call_run(
                 },
             )
     return result.output, result.finished
+
+
+def _tool_call_open(
+    ctx: StepContext, keys: dict[str, Any], base: dict[str, Any], request: Any, denial: str
+) -> None:
+    """The call's row and its requested event, with started or (policy) denied, in one
+    fenced commit before the call runs."""
+    with ctx.fenced():
+        ToolCall.objects.create(
+            **keys,
+            tool=request.name[:64],
+            arguments=request.arguments,
+            status=ToolCall.Status.DENIED if denial else ToolCall.Status.STARTED,
+            error=denial,
+            finished_at=timezone.now() if denial else None,
+        )
+        ctx.emit("agent.tool.call.requested", {**base, "arguments": _short(request.arguments)})
+        if denial:
+            ctx.emit("agent.tool.call.denied", {**base, "reason": denial})
+            ctx.emit(
+                "agent.policy.denied",
+                {**base, "reason": denial, "arguments": _short(request.arguments)},
+            )
+        else:
+            ctx.emit("agent.tool.call.started", base)
+
+
+def _tool_call_stopped(
+    ctx: StepContext, keys: dict[str, Any], base: dict[str, Any], *, error: str, started: float
+) -> None:
+    """A call whose command was stopped: failed, with why, in one fenced commit."""
+    with ctx.fenced():
+        ToolCall.objects.filter(**keys).update(
+            status=ToolCall.Status.FAILED,
+            error=error,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            finished_at=timezone.now(),
+        )
+        ctx.emit("agent.tool.call.failed", {**base, "error": error})
 
 
 def _tool_call_reject(

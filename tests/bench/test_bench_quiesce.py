@@ -10,7 +10,7 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
-from bench.run import Bench
+from bench.harness import Bench
 from jobs.models import OutboxEvent, WorkItem
 from runs.models import Run, Task
 from tests.factories import OutboxEventFactory, RunFactory, TaskFactory

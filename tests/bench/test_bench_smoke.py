@@ -43,7 +43,7 @@ def test_bench_runs_with_tiny_sizes() -> None:
 def test_bench_scale_takes_turns_with_a_copy_of_the_small_database() -> None:
     import psycopg
 
-    from bench.run import bench_environment
+    from bench.environment import bench_environment
 
     table = _bench_tiny("scale")
     rows = [line for line in table.splitlines() if line.startswith("| 6. ")]
@@ -63,7 +63,7 @@ def test_bench_scale_takes_turns_with_a_copy_of_the_small_database() -> None:
 @pytest.mark.slow
 def test_bench_parts_measures_each_part_made_free() -> None:
     table = _bench_tiny("parts")
-    # On figure 5's database: finished runs, analysed (Bench.reads_fixture).
+    # On figure 5's database: finished runs, analysed (bench.fill.reads_fixture).
     assert "- fill to " in table
     rows = [line for line in table.splitlines() if "POST /api/tasks/," in line]
     assert len(rows) == 4
@@ -77,9 +77,9 @@ def test_bench_parts_measures_each_part_made_free() -> None:
 @pytest.mark.services
 @pytest.mark.slow
 def test_bench_compare_measures_this_tree_and_the_other_revision() -> None:
-    from bench.run import _git
+    from bench.environment import git_run
 
-    worktrees = _git("worktree", "list")
+    worktrees = git_run("worktree", "list")
     table = _bench_tiny("compare", "--against", "HEAD")
     assert "- fill to " in table  # figure 5's database
     rows = [line for line in table.splitlines() if line.startswith(("| 4. webhook", "| 5. POST"))]
@@ -96,7 +96,7 @@ def test_bench_compare_measures_this_tree_and_the_other_revision() -> None:
         assert cells[3].endswith("(one-INSERT view, asgi)")
         assert float(cells[4]) > 0
     # The other revision's checkout is gone with the run.
-    assert _git("worktree", "list") == worktrees
+    assert git_run("worktree", "list") == worktrees
 
 
 def test_bench_compare_needs_a_revision() -> None:
@@ -107,11 +107,19 @@ def test_bench_compare_needs_a_revision() -> None:
     assert stopped.value.code == 2  # argparse's usage error, before anything starts
 
 
+def test_bench_refuses_a_figure_it_does_not_know() -> None:
+    from bench.run import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["--only", "steps,no-such-figure"])
+    assert stopped.value.code == 2  # argparse's usage error, before anything starts
+
+
 def test_bench_compare_names_a_revision_git_does_not_know() -> None:
-    from bench.run import _git
+    from bench.environment import git_run
 
     with pytest.raises(SystemExit, match="git rev-parse no-such-rev:"):
-        _git("rev-parse", "no-such-rev")
+        git_run("rev-parse", "no-such-rev")
 
 
 @pytest.mark.services
@@ -130,7 +138,7 @@ def test_an_unknown_part_stops_the_parts_server() -> None:
 
 
 def test_bench_judges_targets_on_unrounded_figures() -> None:
-    from bench.run import Figure, Table
+    from bench.table import Figure, Table
 
     # 513 / 1,296 prints as 0.40 but is 0.396: short of ">= 0.4".
     short = Figure("5. submissions", "req/s", [513.0], [1296.0], "view", ">= 0.4")

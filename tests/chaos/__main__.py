@@ -25,15 +25,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, replace
 
 from agentplatform import supervision
-from tests.chaos.scenarios import (
-    FULL,
-    LIGHT,
-    LIGHT_SCENARIOS,
-    SCENARIOS,
-    SHARES_WINDOW,
-    Harness,
-    Result,
-)
+from tests.chaos.profiles import FULL, LIGHT, Result
+from tests.chaos.scenarios import LIGHT_SCENARIOS, SCENARIOS, SHARES_WINDOW, Harness
 from tests.chaos.stack import FOREIGN, Stack
 
 # Kept back from the budget for the teardown and the table: 30 s, a tenth of short ones.

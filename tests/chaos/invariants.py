@@ -174,19 +174,32 @@ def check(load: Load, *, exits: list[str]) -> Findings:
 
 
 def _check(load: Load, exits: list[str]) -> Findings:
-    from django.db import connection
-    from django.db.models import Count
-
     from jobs.models import DeadLetter
-    from runs.models import ModelTurn, PullRequest, Run, RunEvent, Task
-    from webhooks.models import WebhookReceipt
+    from runs.models import Run, Task
 
     found = Findings()
     workspace_id = load.scope.workspace_id
     tasks = list(Task.objects.filter(workspace_id=workspace_id))
     runs = list(Run.objects.filter(task__workspace_id=workspace_id))
     found.tasks, found.runs = len(tasks), len(runs)
+    by_issue = _webhook_tasks(load)
+    _submissions_check(found, load, tasks)
+    _deliveries_check(found, load, by_issue)
+    _runs_check(found, workspace_id, runs)
+    _model_turns_check(found, load, tasks, runs)
+    _endpoint_check(found, workspace_id, {str(run.pk) for run in runs}, load)
+    _pull_requests_check(found, load)
+    _consumers_check(found, load, by_issue)
+    letters = list(DeadLetter.objects.filter(workspace_id=workspace_id).order_by("created_at"))
+    found.letters = [
+        f"{letter.task_name} {letter.args}: {' '.join(letter.exception.split())[:300]}"
+        for letter in letters
+    ]
+    found.violations.extend(f"exit: {e}" for e in exits)
+    return found
 
+
+def _submissions_check(found: Findings, load: Load, tasks: list[Any]) -> None:
     # Accepted submissions: exactly one task each, terminal; 5xx never for stored work.
     by_marker = Counter(t.instruction.split(" ", 1)[0] for t in tasks if t.source == "api")
     for sub in load.submissions:
@@ -205,6 +218,10 @@ def _check(load: Load, exits: list[str]) -> Findings:
         if task.status in {"failed", "rejected"} and not task.status_reason:
             found.violations.append(f"no reason: task {task.id} {task.status} without a reason")
 
+
+def _deliveries_check(found: Findings, load: Load, by_issue: dict[int, list[Any]]) -> None:
+    from webhooks.models import WebhookReceipt
+
     # Accepted deliveries: a terminal receipt, one task per labelled issue.
     receipts = {
         r.delivery_id: r
@@ -212,7 +229,6 @@ def _check(load: Load, exits: list[str]) -> Findings:
             delivery_id__in=[d.delivery_id for d in load.deliveries]
         )
     }
-    by_issue = _webhook_tasks(load)
     for delivery in load.deliveries:
         receipt = receipts.get(delivery.delivery_id)
         if not delivery.accepted:
@@ -242,6 +258,10 @@ def _check(load: Load, exits: list[str]) -> Findings:
                 "duplicated", len(issue_tasks) - 1, f"issue {number}: {len(issue_tasks)} tasks"
             )
 
+
+def _runs_check(found: Findings, workspace_id: int, runs: list[Any]) -> None:
+    from django.db import connection
+
     # Runs: terminal, gap-free timelines, reasons for failures.
     with connection.cursor() as cursor:
         cursor.execute(
@@ -268,6 +288,13 @@ def _check(load: Load, exits: list[str]) -> Findings:
             if not run.failure_reason:
                 found.violations.append(f"no reason: run {run.id} {run.status} without a reason")
 
+
+def _model_turns_check(found: Findings, load: Load, tasks: list[Any], runs: list[Any]) -> None:
+    from django.db.models import Count
+
+    from runs.models import ModelTurn, RunEvent
+
+    workspace_id = load.scope.workspace_id
     # Model turns: the checkpoint answers a re-executed turn, so a completed run of the
     # scripted agent holds exactly its script's turns (the plan and each act turn) and
     # one completion event per turn; a turn asked again shows up as one more.
@@ -302,8 +329,11 @@ def _check(load: Load, exits: list[str]) -> Findings:
                 f"run {run.id}: {counts[run.pk]} model turns for a {expected}-turn script",
             )
 
-    _endpoint_check(found, workspace_id, {str(run.pk) for run in runs}, load)
 
+def _pull_requests_check(found: Findings, load: Load) -> None:
+    from runs.models import PullRequest
+
+    workspace_id = load.scope.workspace_id
     # Pull requests: one per task in the database and at the GitHub server, unique numbers.
     prs = list(PullRequest.objects.filter(task__workspace_id=workspace_id))
     for task_id, count in Counter(pr.task_id for pr in prs).items():
@@ -325,8 +355,10 @@ def _check(load: Load, exits: list[str]) -> Findings:
         if count > 1:
             found.add("duplicated", count - 1, f"GitHub has {count} pull requests for {branch}")
 
+
+def _consumers_check(found: Findings, load: Load, by_issue: dict[int, list[Any]]) -> None:
+    stored, counted = _ledger(load.scope.workspace_id)
     # Consumers: the ledger counts each model turn once; one comment per issue task.
-    stored, counted = _ledger(workspace_id)
     if counted > stored:
         found.add("duplicated", counted - stored, f"cost ledger {counted} turns for {stored}")
     elif counted < stored:
@@ -339,14 +371,6 @@ def _check(load: Load, exits: list[str]) -> Findings:
             found.add("duplicated", got - expected, f"issue {number}: {got} completion comments")
         elif got < expected:
             found.add("lost", expected - got, f"issue {number}: no completion comment")
-
-    letters = list(DeadLetter.objects.filter(workspace_id=workspace_id).order_by("created_at"))
-    found.letters = [
-        f"{letter.task_name} {letter.args}: {' '.join(letter.exception.split())[:300]}"
-        for letter in letters
-    ]
-    found.violations.extend(f"exit: {e}" for e in exits)
-    return found
 
 
 def _endpoint_check(found: Findings, workspace_id: int, run_ids: set[str], load: Load) -> None:

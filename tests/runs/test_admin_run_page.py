@@ -12,7 +12,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from runs.admin import timeline_phases
+from runs.admin.run_page import timeline_phases
 from runs.models import (
     Approval,
     Artifact,

@@ -10,7 +10,8 @@ import yaml
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from jobs.contracts import CATALOG, asyncapi_document, event_schema, schema_path
+from jobs.contracts import CATALOG
+from jobs.event_documents import asyncapi_document, event_schema, schema_path
 
 
 def catalog_files() -> dict[str, str]:

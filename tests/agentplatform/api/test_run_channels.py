@@ -12,7 +12,7 @@ import pytest
 from django.test import override_settings
 
 from agentplatform.api import notify
-from agentplatform.settings import _redis_database
+from agentplatform.settings.services import _redis_database
 from jobs import relay
 
 ROOT = Path(__file__).resolve().parents[3]

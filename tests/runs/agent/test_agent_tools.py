@@ -10,7 +10,8 @@ import pytest
 
 from runs.agent.context import clip, context_condense, messages_tokens
 from runs.agent.sandbox import LocalSandbox
-from runs.agent.tools import Toolbox, ToolDenied, ToolPolicy, command_check
+from runs.agent.tool_policy import command_check
+from runs.agent.tools import Toolbox, ToolDenied, ToolPolicy
 
 pytestmark = pytest.mark.no_services
 

@@ -16,7 +16,8 @@ import jsonschema
 import pytest
 from rest_framework.test import APIClient
 
-from jobs.contracts import BY_TYPE, event_schema
+from jobs.contracts import BY_TYPE
+from jobs.event_documents import event_schema
 from runs.engine import run_drive_inline
 from runs.models import Membership, ModelTurn, Run
 from runs.services import task_submit

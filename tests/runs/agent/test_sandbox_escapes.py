@@ -111,7 +111,7 @@ def test_another_runs_working_copy_is_unreachable(boxes):
 def test_platform_code_venv_database_and_root_are_not_mounted(boxes):
     mine, _ = boxes
     targets = [
-        Path(django_settings.BASE_DIR) / "agentplatform" / "settings.py",
+        Path(django_settings.BASE_DIR) / "agentplatform" / "settings" / "__init__.py",
         Path(sys.prefix) / "pyvenv.cfg",
         Path(django_settings.VAR_DIR),
         Path("/root"),

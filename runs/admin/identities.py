@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
-from jobs.admin import OperatorAdmin
+from jobs.admin.console import OperatorAdmin
 from runs.identities import provider_host, webhook_secret_new
 from runs.models import ProviderIdentity, Repository
 
