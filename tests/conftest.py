@@ -250,7 +250,9 @@ class WorkerProcess:
         )
         self._wait_ready()
 
-    def _wait_ready(self, timeout: float = 30) -> None:
+    def _wait_ready(self, timeout: float = 120) -> None:
+        # A worker imports Django, Celery and the agent's libraries: seconds on a quiet
+        # machine, most of a minute on a loaded one. A patience, not a timing assertion.
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -15,7 +15,8 @@ from agentplatform.settings.services import EMBEDDED, REDIS_URL
 
 # How long a step's lease lasts without a heartbeat; heartbeats renew it every third.
 RUN_LEASE_SECONDS = env_value("RUN_LEASE_SECONDS", int, 30)
-# How many crash recoveries a run gets before it fails.
+# How many recoveries in a row at the same point (step, model turns) a run gets before
+# it fails: a poison step; recoveries after which the run moved on are not counted.
 RUN_MAX_RECOVERIES = env_value("RUN_MAX_RECOVERIES", int, 3)
 # Retries of a step that could not reach the database (backoff capped at 30 s): a
 # database restart or a moment without free connections must not fail runs.
