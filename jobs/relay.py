@@ -46,7 +46,6 @@ from jobs.db_rows import instance_from_row
 from jobs.locks import sweep_lock
 from jobs.logs import log
 from jobs.models import EventSubscription, OutboxEvent
-from jobs.producer import task_producer, task_send
 
 # Rows per batch: each batch costs about ten round trips (claim, read, XADD pipeline,
 # work items, mark, commit, wake-ups) whatever its size, so large batches amortise them.
@@ -133,15 +132,8 @@ def _relay_send(countdown: float | None) -> None:
     from jobs.tasks import outbox_relay
 
     try:
-        if countdown is None:
-            task_send(outbox_relay, (), queue=RELAY_QUEUE)
-            return
         # celery-stubs type countdown as float, but celery's own default is None.
-        outbox_relay.apply_async(
-            queue=RELAY_QUEUE,
-            countdown=countdown,  # type: ignore[arg-type]
-            producer=task_producer(outbox_relay.app),
-        )
+        outbox_relay.apply_async(queue=RELAY_QUEUE, countdown=countdown)  # type: ignore[arg-type]
     except Exception:  # the beat sweep publishes what this wake-up would have
         log.warning("relay.wake_failed", exc_info=True)
 
@@ -168,7 +160,6 @@ def relay_wake_done(*, more: bool = False) -> None:
             client.pexpire(RELAY_SCHEDULED_KEY, RELAY_SCHEDULED_TTL_MS)
             outbox_relay.apply_async(
                 queue=RELAY_QUEUE,
-                producer=task_producer(outbox_relay.app),
                 # celery-stubs type countdown as float; None sends at once (no eta).
                 countdown=None if more else settings.OUTBOX_RELAY_COALESCE_SECONDS,  # type: ignore[arg-type]
             )

@@ -46,7 +46,6 @@ from jobs.db_rows import instance_from_row
 from jobs.locks import sweep_lock
 from jobs.logs import log
 from jobs.models import DeadLetter, WorkItem
-from jobs.producer import task_producer
 
 WORK_TASK = "jobs.work"
 
@@ -270,7 +269,7 @@ def work_wake(pairs: list[tuple[int, str]], *, countdown: float = 0.0, record: b
 
     sent: list[int] = []
     try:
-        with current_app.producer_or_acquire(task_producer(current_app)) as producer:
+        with current_app.producer_or_acquire() as producer:
             for pk, queue in pairs:
                 current_app.send_task(
                     WORK_TASK,
@@ -360,9 +359,7 @@ def _drain_send(queue: str, slot: int, client: Any) -> bool:
     from celery import current_app
 
     try:
-        current_app.send_task(
-            WORK_DRAIN_TASK, args=(queue, slot), queue=queue, producer=task_producer(current_app)
-        )
+        current_app.send_task(WORK_DRAIN_TASK, args=(queue, slot), queue=queue)
         return True
     except Exception:
         log.warning("work.wake_failed", queue=queue, drain_slot=slot)
