@@ -291,10 +291,6 @@ def _redis_database(url: str) -> int:
 # database numbers of their own never wake each other's views.
 RUN_CHANNEL_PREFIX = f"agent.db{_redis_database(REDIS_URL)}.run."
 
-# The hot paths' fixed statements as server-side prepared statements (jobs.db_rows
-# cursor_prepared); 0 behind a pooler that does not keep them across transactions.
-DATABASE_PREPARED_STATEMENTS = _env_value("DATABASE_PREPARED_STATEMENTS", bool, True)
-
 # --- The platform ---------------------------------------------------------------------
 
 # How long a step's lease lasts without a heartbeat; heartbeats renew it every third.
@@ -576,7 +572,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_RENDERER_CLASSES": ["agentplatform.api.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["agentplatform.api.parsers.JSONParser"],
     "DEFAULT_THROTTLE_CLASSES": [
         "agentplatform.api.throttling.AnonRateThrottle",

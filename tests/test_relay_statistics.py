@@ -20,10 +20,10 @@ import jobs.relay
 from jobs.models import OutboxEvent
 from jobs.relay import (
     BACKLOG_ROWS,
-    _batch_claim_sql,
     outbox_drain,
     outbox_statistics_refresh,
 )
+from jobs.sql import OUTBOX_BATCH_CLAIM
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -66,7 +66,7 @@ def _claim_probes_the_partition_index() -> bool:
     index (an index condition on the partition key), rather than scanning pending rows."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "EXPLAIN (FORMAT JSON) " + _batch_claim_sql(),
+            "EXPLAIN (FORMAT JSON) " + OUTBOX_BATCH_CLAIM,
             [timezone.now(), jobs.relay.PARTITIONS_PER_BATCH, jobs.relay.BATCH_SIZE],
         )
         (plan,) = cursor.fetchone()
