@@ -14,7 +14,7 @@ from typing import Any
 from django.db import connection
 from django.db.models.sql import InsertQuery
 
-from jobs.models import OutboxEvent, WorkItem
+from jobs.models import OutboxEvent, ProcessedEvent, WorkItem
 
 # --- work items ---------------------------------------------------------------------------
 
@@ -106,3 +106,29 @@ def outbox_analyze() -> None:
     listed = ", ".join(quote(columns[name]) for name in _OUTBOX_FILTERED)
     with connection.cursor() as cursor:
         cursor.execute(f"ANALYZE {quote(OutboxEvent._meta.db_table)} ({listed})")
+
+
+# --- locks and receipts -------------------------------------------------------------------
+
+
+def advisory_xact_lock_try(key: int) -> bool:
+    """Whether this transaction now holds PostgreSQL's advisory lock ``key`` (held until
+    it ends, and dropped when its connection dies). SQL because advisory locks are
+    functions the ORM has no query for."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
+        return bool(cursor.fetchone()[0])
+
+
+# A consumer's receipt for an event, inserted unless it exists, returning a row only when
+# inserted. SQL because the ORM has no ``INSERT ... ON CONFLICT DO NOTHING`` that says
+# whether it inserted (``bulk_create(ignore_conflicts=True)`` does not), and a savepoint
+# around ``create`` would cost two more round trips on every consumed event. A
+# concurrent duplicate waits on the unique index until the first commits, then inserts
+# nothing. Parameters: consumer, event id.
+PROCESSED_EVENT_INSERT = f"""
+INSERT INTO {ProcessedEvent._meta.db_table} (consumer, event_id, processed_at)
+VALUES (%s, %s, CURRENT_TIMESTAMP)
+ON CONFLICT (consumer, event_id) DO NOTHING
+RETURNING id
+"""  # noqa: S608 - the table name is ours
