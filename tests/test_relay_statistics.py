@@ -16,13 +16,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+import jobs.outbox_statistics
 import jobs.relay
 from jobs.models import OutboxEvent
-from jobs.relay import (
-    BACKLOG_ROWS,
-    outbox_drain,
-    outbox_statistics_refresh,
-)
+from jobs.outbox_statistics import BACKLOG_ROWS, outbox_statistics_refresh
+from jobs.relay import outbox_drain
 from jobs.sql import OUTBOX_BATCH_CLAIM
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
@@ -33,7 +31,7 @@ PARTITIONS = 300
 @pytest.fixture(autouse=True)
 def fresh_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # As in a process that has not analysed the outbox yet.
-    monkeypatch.setattr(jobs.relay, "_statistics_refreshed_at", -1e9)
+    monkeypatch.setattr(jobs.outbox_statistics, "_statistics_refreshed_at", -1e9)
     yield
 
 
