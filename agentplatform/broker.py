@@ -1,13 +1,10 @@
 """The broker transport: kombu's Redis transport, surviving Redis's own restart.
 
 It is kombu's, with one change for the moment Redis goes away: see ``DetachedSafeQoS``.
-(``jobs.producer`` publishes the platform's own wake-ups to it.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import structlog
@@ -53,26 +50,6 @@ class DetachedSafeRedisChannel(redis.Channel):
     """
 
     QoS = DetachedSafeQoS
-    _shared_client: Any = None
-
-    @contextmanager
-    def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
-        """kombu's, except that a command given no client reuses one client of the
-        channel's pool instead of constructing one each time.
-
-        kombu builds a new ``redis.Redis`` for every publish; building it (its table of
-        response callbacks) cost a tenth of a webhook request's CPU. A client holds no
-        connection of its own (each command checks one out of the pool), so one per pool
-        serves every thread; a new pool (after a fork or a reconnect) gets a new client.
-        """
-        if client:
-            yield client
-            return
-        pool = self.pool
-        shared = self._shared_client
-        if shared is None or shared.connection_pool is not pool:
-            shared = self._shared_client = self._create_client()  # type: ignore[attr-defined]
-        yield shared
 
     def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
         if _detached(self):

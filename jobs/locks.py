@@ -6,7 +6,9 @@ import contextlib
 import zlib
 from collections.abc import Iterator
 
-from django.db import connection, transaction
+from django.db import transaction
+
+from jobs import sql
 
 
 @contextlib.contextmanager
@@ -18,7 +20,4 @@ def sweep_lock(name: str) -> Iterator[bool]:
     """
     with transaction.atomic():
         key = zlib.crc32(f"agentplatform:{name}".encode())
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [key])
-            held = bool(cursor.fetchone()[0])
-        yield held
+        yield sql.advisory_xact_lock_try(key)

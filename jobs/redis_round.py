@@ -1,11 +1,11 @@
 """The Redis commands of one commit's wake-ups, sent in one round trip per server.
 
-A transaction's on-commit callbacks each tell Redis something: the run's worker (an
-``LPUSH`` on the broker's list), the outbox relay (its two coalescing keys) and the run's
-live views (a ``PUBLISH``). One by one they cost a round trip each, and a submission's
-wake-ups were a fifth of its CPU. Inside ``together()`` each ``send`` is queued instead;
-the block's end sends each server's commands as one pipeline, in the order they were
-given, and then hands every sender its own results.
+A transaction's on-commit callbacks each tell Redis something: the outbox relay (its two
+coalescing keys) and the run's live views (a ``PUBLISH``); one by one they cost a round
+trip each. (The run's own wake-up is a Celery message, published by kombu.) Inside
+``together()`` each ``send`` is queued instead; the block's end sends each server's
+commands as one pipeline, in the order they were given, and then hands every sender its
+own results.
 
 Outside ``together()`` a ``send`` is one pipeline of its own, at once, and an error its
 ``done`` raises reaches the caller: callers need not know whether they are in a block.

@@ -26,7 +26,6 @@ subscription and event.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import time
 import uuid
@@ -37,16 +36,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
-from jobs import metrics, redis_round
+from jobs import metrics, outbox_statistics, redis_round, sql
 from jobs.backoff import backoff_delay
-from jobs.db_rows import instance_from_row
-from jobs.locks import sweep_lock
 from jobs.logs import log
 from jobs.models import EventSubscription, OutboxEvent
-from jobs.producer import task_producer, task_send
 
 # Rows per batch: each batch costs about ten round trips (claim, read, XADD pipeline,
 # work items, mark, commit, wake-ups) whatever its size, so large batches amortise them.
@@ -133,15 +130,8 @@ def _relay_send(countdown: float | None) -> None:
     from jobs.tasks import outbox_relay
 
     try:
-        if countdown is None:
-            task_send(outbox_relay, (), queue=RELAY_QUEUE)
-            return
         # celery-stubs type countdown as float, but celery's own default is None.
-        outbox_relay.apply_async(
-            queue=RELAY_QUEUE,
-            countdown=countdown,  # type: ignore[arg-type]
-            producer=task_producer(outbox_relay.app),
-        )
+        outbox_relay.apply_async(queue=RELAY_QUEUE, countdown=countdown)  # type: ignore[arg-type]
     except Exception:  # the beat sweep publishes what this wake-up would have
         log.warning("relay.wake_failed", exc_info=True)
 
@@ -168,7 +158,6 @@ def relay_wake_done(*, more: bool = False) -> None:
             client.pexpire(RELAY_SCHEDULED_KEY, RELAY_SCHEDULED_TTL_MS)
             outbox_relay.apply_async(
                 queue=RELAY_QUEUE,
-                producer=task_producer(outbox_relay.app),
                 # celery-stubs type countdown as float; None sends at once (no eta).
                 countdown=None if more else settings.OUTBOX_RELAY_COALESCE_SECONDS,  # type: ignore[arg-type]
             )
@@ -268,18 +257,6 @@ class Deliveries:
     subscriptions: dict[int, list[EventSubscription]] = field(default_factory=dict)
 
     @classmethod
-    def from_json(cls, text: str | None) -> Deliveries:
-        """From ``[[id, workspace id, event types], ...]`` (the batch claim's column)."""
-        by_workspace: dict[int, list[EventSubscription]] = defaultdict(list)
-        for pk, workspace_id, event_types in json.loads(text) if text else []:
-            by_workspace[workspace_id].append(
-                EventSubscription(
-                    id=pk, workspace_id=workspace_id, event_types=event_types, active=True
-                )
-            )
-        return cls(subscriptions=dict(by_workspace))
-
-    @classmethod
     def for_rows(cls, rows: Iterable[OutboxEvent]) -> Deliveries:
         workspaces = {row.payload.get("workspaceid") for row in rows} - {None}
         by_workspace: dict[int, list[EventSubscription]] = defaultdict(list)
@@ -335,58 +312,16 @@ class Deliveries:
 # --- the relay -----------------------------------------------------------------------------
 
 
-def _heads_sql(table: str) -> str:
-    """The SELECT of the available head rows' partition keys, each head locked unless
-    another relay holds it (parameters: now, limit)."""
-    return (
-        f"SELECT o.partition_key FROM {table} o "  # noqa: S608 - table name is ours
-        "WHERE o.published_at IS NULL AND o.available_at <= %s "
-        f"AND NOT EXISTS (SELECT 1 FROM {table} e WHERE e.partition_key = o.partition_key "
-        "AND e.published_at IS NULL AND e.id < o.id) "
-        "ORDER BY o.id LIMIT %s FOR UPDATE OF o SKIP LOCKED"
-    )
-
-
-@functools.cache
-def _batch_claim_sql() -> str:
-    """One PostgreSQL statement for a batch's claim (built once per process).
-
-    It locks the heads (``_heads_sql``), then the partitions' pending rows in id
-    order up to the limit (the heads are ours, so that plain FOR UPDATE never waits), and
-    returns those rows with, in one extra column, the active HTTP subscriptions of their
-    workspaces (``[id, workspace id, event types]``, by id; an uncorrelated subquery, so
-    evaluated once, the same on every row). Parameters: now, partitions, limit.
-    """
-    quote = connection.ops.quote_name
-    table = quote(OutboxEvent._meta.db_table)
-    subscriptions = quote(EventSubscription._meta.db_table)
-    columns = ", ".join(f"r.{quote(f.column)}" for f in OutboxEvent._meta.concrete_fields)
-    return (
-        f"WITH heads AS MATERIALIZED ({_heads_sql(table)}), "  # noqa: S608 - names are ours
-        f"claimed AS MATERIALIZED (SELECT c.* FROM {table} c "
-        "WHERE c.partition_key IN (SELECT partition_key FROM heads) "
-        "AND c.published_at IS NULL ORDER BY c.id LIMIT %s FOR UPDATE OF c) "
-        f"SELECT {columns}, (SELECT json_agg(json_build_array(s.id, s.workspace_id, "
-        f"s.event_types) ORDER BY s.id)::text FROM {subscriptions} s WHERE s.active "
-        "AND s.workspace_id IN (SELECT DISTINCT (k.payload->>'workspaceid')::bigint "
-        "FROM claimed k)) FROM claimed r ORDER BY r.id"
-    )
-
-
 def _batch_claim(
     *, now: datetime, partitions: int, limit: int
 ) -> tuple[list[OutboxEvent], Deliveries]:
     """Lock up to ``partitions`` partitions and their pending rows (up to ``limit``, in id
-    order); the rows and the HTTP subscriptions of their workspaces."""
-    with connection.cursor() as cursor:
-        cursor.execute(_batch_claim_sql(), [now, partitions, limit])
-        fetched = cursor.fetchall()
-    if not fetched:
+    order, ``jobs.sql.OUTBOX_BATCH_CLAIM``); the rows and the HTTP subscriptions of their
+    workspaces."""
+    rows = list(OutboxEvent.objects.raw(sql.OUTBOX_BATCH_CLAIM, [now, partitions, limit]))
+    if not rows:
         return [], Deliveries()
-
-    width = len(OutboxEvent._meta.concrete_fields)
-    rows = [instance_from_row(OutboxEvent, row[:width]) for row in fetched]
-    return rows, Deliveries.from_json(fetched[0][width])
+    return rows, Deliveries.for_rows(rows)
 
 
 @dataclass
@@ -454,14 +389,9 @@ def outbox_relay_batch(
 
 
 def _published_mark(ids: list[int]) -> None:
-    """Mark rows published (a fixed statement; the ORM's compiler cost more than it)."""
-    table = connection.ops.quote_name(OutboxEvent._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET published_at = %s, attempts = attempts + 1, "  # noqa: S608
-            "last_error = '' WHERE id = ANY(%s)",
-            [timezone.now(), ids],
-        )
+    OutboxEvent.objects.filter(pk__in=ids).update(
+        published_at=timezone.now(), attempts=F("attempts") + 1, last_error=""
+    )
 
 
 def _publish(
@@ -497,88 +427,6 @@ def _publish(
     return published, list(failed.values())
 
 
-# The outbox's statistics: a backlog is this many pending rows (counted up to it), and
-# PostgreSQL's estimate of the pending rows must be at least a tenth of what was counted.
-BACKLOG_ROWS = 1000
-# One process analyses the outbox at most this often (another process, or autovacuum,
-# may do it in between).
-STATISTICS_REFRESH_SECONDS = 60.0
-_statistics_refreshed_at = -STATISTICS_REFRESH_SECONDS
-
-
-def outbox_statistics_refresh() -> bool:
-    """Analyse the outbox when a backlog waits that PostgreSQL's statistics do not know
-    of; whether it did.
-
-    The claim's plan depends on how many rows the planner expects to be pending. Its
-    statistics are a sample taken when the table was last analysed, which in a healthy
-    system (autovacuum analysing as rows change) is when almost nothing is pending: it
-    then expects one pending row and runs the claim's "no earlier pending row in the
-    partition" as a scan of every pending row for each candidate, which is quadratic in
-    a backlog. With 67,000 rows pending one claim took 6.9 s that way, and 3 ms once the
-    table was analysed (a lookup of each candidate's partition in its index). A backlog
-    is what a Redis outage or a burst leaves, and autovacuum analyses only after a tenth
-    of the table has changed; so before a drain, a backlog of at least ``BACKLOG_ROWS``
-    that the planner puts at less than a tenth of that is analysed, by one relay at a
-    time and by each process at most every ``STATISTICS_REFRESH_SECONDS``. Analysing
-    needs the table's owner (the role that migrates); refused, it is logged and the
-    drain goes on.
-    """
-    global _statistics_refreshed_at
-    if time.monotonic() - _statistics_refreshed_at < STATISTICS_REFRESH_SECONDS:
-        return False
-    table = connection.ops.quote_name(OutboxEvent._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM {table}"  # noqa: S608 - the name is ours
-            " WHERE published_at IS NULL LIMIT %s) AS pending",
-            [BACKLOG_ROWS],
-        )
-        (pending,) = cursor.fetchone()
-    if pending < BACKLOG_ROWS or _pending_estimated(table) * 10 >= pending:
-        return False
-    _statistics_refreshed_at = time.monotonic()
-    try:
-        with sweep_lock("outbox-statistics") as held:
-            # Another relay may have analysed it meanwhile.
-            if not held or _pending_estimated(table) * 10 >= pending:
-                return False
-            with connection.cursor() as cursor:
-                # The columns the claim's filters read: 0.2 s with 1,360,000 rows,
-                # against 0.6 s for the whole table, whose payloads the sample reads too.
-                cursor.execute(f"ANALYZE {table} ({_statistics_columns()})")
-    except DatabaseError:
-        log.warning("relay.statistics_refresh_failed", exc_info=True)
-        return False
-    log.info(
-        "relay.outbox_analyzed",
-        pending_at_least=pending,
-        pending_estimated=_pending_estimated(table),
-    )
-    return True
-
-
-@functools.cache
-def _statistics_columns() -> str:
-    columns = {f.name: f.column for f in OutboxEvent._meta.concrete_fields}
-    return ", ".join(
-        connection.ops.quote_name(columns[name])
-        for name in ("published_at", "available_at", "partition_key")
-    )
-
-
-def _pending_estimated(table: str) -> float:
-    """How many pending rows PostgreSQL's planner expects in the outbox."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"EXPLAIN (FORMAT JSON) SELECT 1 FROM {table} WHERE published_at IS NULL"  # noqa: S608
-        )
-        (plan,) = cursor.fetchone()
-    if isinstance(plan, str | bytes):
-        plan = json.loads(plan)
-    return float(plan[0]["Plan"]["Plan Rows"])
-
-
 def outbox_drain(
     *, max_batches: int = 1000, max_seconds: float | None = None, caught_up: bool = False
 ) -> BatchReport:
@@ -592,7 +440,7 @@ def outbox_drain(
     """
     total = BatchReport()
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
-    outbox_statistics_refresh()
+    outbox_statistics.outbox_statistics_refresh()
     for _ in range(max_batches):
         report = outbox_relay_batch()
         total.published += report.published

@@ -47,7 +47,7 @@ def work(item_id: int) -> str:
     A worker that dies mid-item leaves its lease to expire; the sweep wakes the item
     again and counts the death (poison detection), so the message is not requeued.
     """
-    from jobs.work import work_execute
+    from jobs.work_execution import work_execute
 
     return work_execute(item_id=item_id)
 
@@ -61,7 +61,7 @@ def work_drain(queue: str, slot: int = 0) -> int:
     Only a wake-up, like ``jobs.work``: a drain that dies leaves its claimed item's lease
     to expire and the others pending, and its slot frees itself.
     """
-    from jobs.work import work_drain as drain
+    from jobs.work_execution import work_drain as drain
 
     return drain(queue=queue, slot=slot).done
 

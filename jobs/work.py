@@ -8,7 +8,8 @@ it again once it is overdue. Items created by a request (a webhook delivery) are
 per queue, not per item: one ``jobs.work_drain`` task, queued or running, claims and runs
 the queue's pending items one after the other (see ``work_wake_new``).
 
-A worker claims the row with a lease before calling the kind's handler. Handlers are
+A worker claims the row with a lease before calling the kind's handler
+(``jobs.work_execution``). Handlers are
 idempotent (receipts, ProcessedEvent rows, notification rows), so running one again after
 a crash repeats nothing. A claim that finds an expired lease knows the previous worker
 died holding it: after ``WORK_POISON_CRASHES`` such deaths the item is dead-lettered as
@@ -24,29 +25,20 @@ that could be lost.
 from __future__ import annotations
 
 import contextlib
-import functools
-import time
-import traceback
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-import structlog
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Q
-from django.db.models.sql import InsertQuery
 from django.utils import timezone
 
-from jobs import tracing
-from jobs.backoff import backoff_delay
-from jobs.db_rows import instance_from_row
+from jobs import sql, tracing
 from jobs.locks import sweep_lock
 from jobs.logs import log
 from jobs.models import DeadLetter, WorkItem
-from jobs.producer import task_producer
 
 WORK_TASK = "jobs.work"
 
@@ -174,34 +166,14 @@ def _item_new(*, kind: str, key: str, args: dict[str, Any]) -> WorkItem:
     )
 
 
-def work_insert_sql(
-    *, kind: str, key: str, args: dict[str, Any], when: tuple[str, list[Any]] | None = None
+def work_insert_when(
+    *, kind: str, key: str, args: dict[str, Any], when: tuple[str, list[Any]]
 ) -> tuple[str, list[Any]]:
     """The INSERT of ``work_enqueue_new(..., wake=False)`` as (statement, parameters),
-    returning the new item's id, for a writer that sends it in a batch of its own (and
-    runs the item itself once the batch committed).
-
-    ``when``: a condition (SQL, parameters) evaluated by the same statement; the item is
-    inserted only if it holds, and the statement then returns no row.
-    """
-    item = _item_new(kind=kind, key=key, args=args)
-    meta = WorkItem._meta
-    query = InsertQuery(WorkItem)
-    query.insert_values([f for f in meta.concrete_fields if f is not meta.pk], [item])
-    compiler = query.get_compiler(connection=connection)
-    compiler.returning_fields = [meta.pk]
-    ((sql, params),) = compiler.as_sql()
-    if when is None:
-        return sql, list(params)
-    # INSERT INTO t (columns) VALUES (values) RETURNING t.id
-    # -> INSERT INTO t (columns) SELECT values WHERE condition RETURNING t.id
-    head, values_returning = sql.split(" VALUES (", 1)
-    values, returning = values_returning.rsplit(") RETURNING ", 1)
-    condition, condition_params = when
-    return (
-        f"{head} SELECT {values} WHERE {condition} RETURNING {returning}",
-        [*params, *condition_params],
-    )
+    made only if ``when`` (SQL, parameters) holds, returning the new item's id, for a
+    writer that runs the item itself once its transaction committed
+    (``jobs.sql.work_insert_when``)."""
+    return sql.work_insert_when(_item_new(kind=kind, key=key, args=args), when)
 
 
 def work_enqueue_many(
@@ -270,7 +242,7 @@ def work_wake(pairs: list[tuple[int, str]], *, countdown: float = 0.0, record: b
 
     sent: list[int] = []
     try:
-        with current_app.producer_or_acquire(task_producer(current_app)) as producer:
+        with current_app.producer_or_acquire() as producer:
             for pk, queue in pairs:
                 current_app.send_task(
                     WORK_TASK,
@@ -306,11 +278,11 @@ WORK_DRAIN_TASK = "jobs.work_drain"
 DRAIN_SLOT_TTL_MS = 10_000
 
 
-def _drain_pending_key(queue: str) -> str:
+def drain_pending_key(queue: str) -> str:
     return f"agentplatform:work:pending:{queue}"
 
 
-def _drain_slot_key(queue: str, slot: int) -> str:
+def drain_slot_key(queue: str, slot: int) -> str:
     return f"agentplatform:work:drain:{queue}:{slot}"
 
 
@@ -335,14 +307,14 @@ def work_wake_new(*queues: str) -> int:
         client = _coalescing_client()
         pipe = client.pipeline(transaction=False)
         for queue in queues:
-            pipe.set(_drain_pending_key(queue), 1, px=DRAIN_SLOT_TTL_MS)
-            pipe.set(_drain_slot_key(queue, 0), 1, nx=True, px=DRAIN_SLOT_TTL_MS)
+            pipe.set(drain_pending_key(queue), 1, px=DRAIN_SLOT_TTL_MS)
+            pipe.set(drain_slot_key(queue, 0), 1, nx=True, px=DRAIN_SLOT_TTL_MS)
         taken = pipe.execute()[1::2]
         idle = [queue for queue, took in zip(queues, taken, strict=True) if took]
     except Exception:
         log.warning("work.coalesce_failed", queues=list(queues), exc_info=True)
         client = None
-    return sum(_drain_send(queue, 0, client) for queue in idle)
+    return sum(drain_send(queue, 0, client) for queue in idle)
 
 
 def work_wake_reset() -> None:
@@ -356,128 +328,19 @@ def work_wake_reset() -> None:
             client.delete(*keys)
 
 
-def _drain_send(queue: str, slot: int, client: Any) -> bool:
+def drain_send(queue: str, slot: int, client: Any) -> bool:
     from celery import current_app
 
     try:
-        current_app.send_task(
-            WORK_DRAIN_TASK, args=(queue, slot), queue=queue, producer=task_producer(current_app)
-        )
+        current_app.send_task(WORK_DRAIN_TASK, args=(queue, slot), queue=queue)
         return True
     except Exception:
         log.warning("work.wake_failed", queue=queue, drain_slot=slot)
         if client is not None:
             # The slot holds no task: the next wake-up may send one.
             with contextlib.suppress(Exception):
-                client.delete(_drain_slot_key(queue, slot))
+                client.delete(drain_slot_key(queue, slot))
         return False
-
-
-@functools.cache
-def _claim_next_sql() -> str:
-    """The claim of a drain: the oldest due item of the queue that no one holds, leased
-    as ``_claim_sql`` leases one item (the previous unfinished claim counted as a crash).
-    An item that would turn poison is left to ``_claim`` (woken by the sweep), which
-    dead-letters it under its row lock. Parameters: lease end, token, queue, now, now,
-    poison threshold."""
-    quote = connection.ops.quote_name
-    table = quote(WorkItem._meta.db_table)
-    columns = ", ".join(quote(f.column) for f in WorkItem._meta.concrete_fields)
-    lease_left = "(CASE WHEN lease_until IS NULL THEN 0 ELSE 1 END)"
-    return (
-        f"UPDATE {table} SET lease_until = %s, claim = %s, "  # noqa: S608 - names are ours
-        f"crashes = crashes + {lease_left}, attempts = attempts + 1, wakes = 0 "
-        f"WHERE id = (SELECT id FROM {table} WHERE status = 'pending' AND queue = %s "
-        "AND due_at <= %s AND (lease_until IS NULL OR lease_until <= %s) "
-        f"AND crashes + {lease_left} < %s ORDER BY due_at LIMIT 1 FOR UPDATE SKIP LOCKED) "
-        f"RETURNING {columns}"
-    )
-
-
-def _claim_next(queue: str) -> WorkItem | None:
-    now = timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _claim_next_sql(),
-            [
-                now + timedelta(seconds=settings.WORK_LEASE_SECONDS),
-                uuid.uuid4().hex,
-                queue,
-                now,
-                now,
-                settings.WORK_POISON_CRASHES,
-            ],
-        )
-        row = cursor.fetchone()
-    return None if row is None else instance_from_row(WorkItem, row)
-
-
-@dataclass
-class DrainReport:
-    done: int = 0
-    more: bool = False
-    outcomes: dict[str, int] = field(default_factory=dict)
-
-
-def work_drain(*, queue: str, slot: int = 0, seconds: float | None = None) -> DrainReport:
-    """Claim and run the queue's pending items one after another, for up to ``seconds``.
-
-    Each item is claimed, run and finished exactly as ``work_execute`` does it; a drain
-    is only a cheaper wake-up. Ends when no item is left (then looks again if items were
-    committed meanwhile) or when its time is up (then a fresh task goes on in this slot
-    and, if free, in the next one).
-    """
-    from jobs.relay import _coalescing_client
-
-    budget = settings.WORK_DRAIN_SECONDS if seconds is None else seconds
-    client = _coalescing_client()
-    with contextlib.suppress(Exception):
-        client.delete(_drain_pending_key(queue))  # what was committed until now is ours
-    report = DrainReport()
-    started = refreshed = time.monotonic()
-    try:
-        while True:
-            if time.monotonic() - started >= budget:
-                report.more = True
-                break
-            item = _claim_next(queue)
-            if item is None:
-                break
-            outcome = _run(item)
-            report.outcomes[outcome] = report.outcomes.get(outcome, 0) + 1
-            report.done += 1
-            if client is not None and time.monotonic() - refreshed > 1.0:
-                refreshed = time.monotonic()
-                with contextlib.suppress(Exception):
-                    client.pexpire(_drain_slot_key(queue, slot), DRAIN_SLOT_TTL_MS)
-    finally:
-        _drain_done(queue, slot, client, more=report.more)
-    return report
-
-
-def _drain_done(queue: str, slot: int, client: Any, *, more: bool) -> None:
-    if client is None:
-        if more:
-            _drain_send(queue, slot, None)
-        return
-    try:
-        key = _drain_slot_key(queue, slot)
-        if more:
-            client.pexpire(key, DRAIN_SLOT_TTL_MS)
-            _drain_send(queue, slot, client)
-            helper = slot + 1
-            if helper < settings.WORK_DRAIN_PARALLEL and client.set(
-                _drain_slot_key(queue, helper), 1, nx=True, px=DRAIN_SLOT_TTL_MS
-            ):
-                _drain_send(queue, helper, client)
-            return
-        client.delete(key)
-        # An item committed after this drain's last claim, whose wake-up found the slot
-        # still held, sent nothing: it is this drain's to answer.
-        if client.get(_drain_pending_key(queue)):
-            work_wake_new(queue)
-    except Exception:  # the sweep wakes whatever this misses
-        log.warning("work.coalesce_failed", queue=queue, exc_info=True)
 
 
 def _rewake_after(wakes: int) -> float:
@@ -537,116 +400,6 @@ def work_sweep(*, limit: int | None = None) -> SweepReport:
     return report
 
 
-# --- executing ---------------------------------------------------------------------------
-
-
-@functools.cache
-def _claim_sql() -> str:
-    """The common claim as one statement (built once per process): a pending item, due,
-    not in flight and not about to turn poison is leased, its previous unfinished claim
-    counted as a crash, as ``_claim`` does under its row lock. Parameters: lease end,
-    token, id, now, now, poison threshold."""
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(f.column) for f in WorkItem._meta.concrete_fields)
-    lease_left = "(CASE WHEN lease_until IS NULL THEN 0 ELSE 1 END)"
-    return (
-        f"UPDATE {quote(WorkItem._meta.db_table)} SET lease_until = %s, claim = %s, "  # noqa: S608 - names are ours
-        f"crashes = crashes + {lease_left}, attempts = attempts + 1, wakes = 0 "
-        "WHERE id = %s AND status = 'pending' AND (lease_until IS NULL OR lease_until <= %s) "
-        f"AND due_at <= %s AND crashes + {lease_left} < %s RETURNING {columns}"
-    )
-
-
-def _claim(item_id: int) -> tuple[WorkItem | None, str]:
-    """Lease the item for this worker; (item, "claimed") or (None, why not)."""
-    now = timezone.now()
-    token = uuid.uuid4().hex
-    # One round trip for the usual case; anything else (missing, done, in flight,
-    # early, poison) is told apart under the row lock below.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _claim_sql(),
-            [
-                now + timedelta(seconds=settings.WORK_LEASE_SECONDS),
-                token,
-                item_id,
-                now,
-                now,
-                settings.WORK_POISON_CRASHES,
-            ],
-        )
-        row = cursor.fetchone()
-    if row is not None:
-        return instance_from_row(WorkItem, row), "claimed"
-    with transaction.atomic():
-        item = WorkItem.objects.select_for_update().filter(pk=item_id).first()
-        if item is None:
-            return None, "missing"
-        if item.status != WorkItem.Status.PENDING:
-            return None, item.status
-        if item.lease_until is not None and item.lease_until > now:
-            return None, "in_flight"
-        if item.due_at > now:
-            return None, "early"
-        crashes = item.crashes
-        if item.lease_until is not None:
-            # The previous claim neither finished nor failed: its worker died with it.
-            crashes += 1
-        if crashes >= settings.WORK_POISON_CRASHES:
-            WorkItem.objects.filter(pk=item.pk).update(
-                status=WorkItem.Status.DEAD,
-                crashes=crashes,
-                lease_until=None,
-                claim="",
-                finished_at=now,
-                last_error=f"killed its worker {crashes} times",
-            )
-            item.crashes = crashes
-            _dead_letter(item, exception=f"poison: killed its worker {crashes} times", tb="")
-            return None, "poison"
-        token = uuid.uuid4().hex
-        WorkItem.objects.filter(pk=item.pk).update(
-            lease_until=now + timedelta(seconds=settings.WORK_LEASE_SECONDS),
-            claim=token,
-            crashes=crashes,
-            attempts=F("attempts") + 1,
-            wakes=0,
-        )
-        item.claim, item.crashes, item.attempts = token, crashes, item.attempts + 1
-    return item, "claimed"
-
-
-def work_execute(*, item_id: int) -> str:
-    """Run one item's handler if it is pending and not in flight; its outcome."""
-    item, why = _claim(item_id)
-    if item is None:
-        return why
-    return _run(item)
-
-
-def _run(item: WorkItem) -> str:
-    """Run a claimed item's handler and record its outcome."""
-    spec = work_kind(item.kind)
-    # The item's own trace, not the one of whichever sender (relay, sweep) woke it.
-    tracing.trace_activate(
-        tracing.traceparent_child(item.traceparent) or tracing.traceparent_current()
-    )
-    structlog.contextvars.bind_contextvars(work_kind=item.kind, work_key=item.key)
-    try:
-        if not (item.crashes and spec.split is not None and spec.split(**item.args)):
-            spec.handler(**item.args)
-    except Exception as exc:
-        return _failed(item, spec, exc)
-    WorkItem.objects.filter(pk=item.pk, claim=item.claim).update(
-        status=WorkItem.Status.DONE,
-        lease_until=None,
-        claim="",
-        finished_at=timezone.now(),
-        last_error="",
-    )
-    return "done"
-
-
 def work_wake_key(*, kind: str, key: str) -> int:
     """Wake the item of ``kind`` and ``key`` if it is still pending; how many were sent."""
     pairs = list(
@@ -655,74 +408,6 @@ def work_wake_key(*, kind: str, key: str) -> int:
         )
     )
     return work_wake(pairs) if pairs else 0
-
-
-def _failed(item: WorkItem, spec: WorkKind, exc: Exception) -> str:
-    error = f"{type(exc).__name__}: {exc}"[:2000]
-    permanent = isinstance(exc, (PermanentWorkError, *spec.permanent))
-    now = timezone.now()
-    deferral = exc if isinstance(exc, WorkDeferred) else None
-    # A deferral gives back the attempt it spent, up to the kind's max_deferrals.
-    given_back = deferral if deferral is not None and item.deferrals < spec.max_deferrals else None
-    if given_back is None and (permanent or item.attempts >= spec.max_attempts):
-        with transaction.atomic():
-            updated = WorkItem.objects.filter(pk=item.pk, claim=item.claim).update(
-                status=WorkItem.Status.DEAD,
-                lease_until=None,
-                claim="",
-                finished_at=now,
-                last_error=error,
-            )
-            if updated:
-                _dead_letter(item, exception=error, tb=traceback.format_exc())
-        log.error("work.dead", kind=item.kind, key=item.key, error=error[:300])
-        return "dead"
-    counts: dict[str, Any] = {}
-    if given_back is not None:
-        delay = given_back.seconds
-        counts = {"attempts": F("attempts") - 1, "deferrals": F("deferrals") + 1}
-    else:
-        delay = backoff_delay(
-            attempt=item.attempts, base=spec.retry_base_seconds, cap=spec.retry_max_seconds
-        )
-        if deferral is not None:
-            delay = max(delay, deferral.seconds)
-    WorkItem.objects.filter(pk=item.pk, claim=item.claim).update(
-        lease_until=None,
-        claim="",
-        due_at=now + timedelta(seconds=delay),
-        last_error=error,
-        **counts,
-    )
-    if given_back is not None:
-        log.info("work.deferred", kind=item.kind, key=item.key, delay=round(delay, 2))
-    else:
-        log.warning("work.retry", kind=item.kind, key=item.key, delay=round(delay, 2), error=error)
-    work_wake([(item.pk, item.queue)], countdown=delay)
-    return "retry" if given_back is None else "deferred"
-
-
-def _dead_letter(item: WorkItem, *, exception: str, tb: str) -> None:
-    from jobs import metrics
-    from jobs.services import dead_letter_record
-
-    metrics.dead_letters.labels(item.kind).inc()
-    dead_letter_record(
-        task_name=item.kind,
-        task_id=work_letter_id(item.pk),
-        args=[],
-        kwargs=dict(item.args),
-        queue=item.queue,
-        exception=exception,
-        traceback=tb,
-        attempts=item.attempts,
-        recoveries=item.crashes,
-    )
-
-
-def work_letter_id(item_id: int) -> str:
-    """The dead letter's task id for a work item: a requeue reopens the same row."""
-    return f"work:{item_id}"
 
 
 def work_requeue(letter: DeadLetter) -> bool:

@@ -40,11 +40,12 @@ def served_here(*, status: str, source: str) -> bool:
 def run_wake(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:
     """Send the message that makes a worker take step ``step_no`` of the run, at the
     broker priority of its task's effective priority and its workspace's share now."""
-    from jobs.producer import task_send
     from runs.tasks import run_step
 
     priority = fairness.step_priority(run_id)
-    task_send(run_step, (str(run_id), step_no), queue=queue_for(status), priority=priority)
+    # kombu's Redis transport keeps one list per priority step and serves the lower
+    # first (CELERY_BROKER_TRANSPORT_OPTIONS["priority_steps"], docs/design.md Decisions).
+    run_step.apply_async(args=(str(run_id), step_no), queue=queue_for(status), priority=priority)
 
 
 def run_wake_on_commit(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:

@@ -37,7 +37,7 @@ from django.utils import timezone
 
 from agentplatform import observability
 from jobs import redis_round
-from jobs.db_rows import cursor_prepared, execute_together, instance_from_row
+from jobs.db_rows import instance_from_row
 from runs import dispatch
 from runs.logs import log
 from runs.models import Approval, InputRequest, PullRequest, Repository, Run, Task, Workspace
@@ -156,10 +156,13 @@ _RELAXED_COMMIT: tuple[str, list[Any]] = (
 
 def _leased_row(statement: str, params: list[Any]) -> tuple[Any, ...] | None:
     """The first row of a lease-taking ``statement``; outside a caller's transaction
-    (whose commit must stay synchronous) sent with the relaxed commit in one round trip
-    and one implicit transaction, as prepared statements where they are on."""
+    (whose commit must stay synchronous) in a transaction of its own with the relaxed
+    commit."""
     if not connection.in_atomic_block:
-        return execute_together([_RELAXED_COMMIT, (statement, params)])
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(*_RELAXED_COMMIT)
+            cursor.execute(statement, params)
+            return cursor.fetchone()  # type: ignore[no-any-return]
     with connection.cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.fetchone()
@@ -280,8 +283,7 @@ def lease_continue_loaded(lease: Lease) -> tuple[Lease, Run] | None:
     """After a commit that kept the lease: the lease of the next step, with the run, its
     task, repository and workspace as they are now (one SELECT, fenced on the lease; None
     if the lease is no longer this worker's)."""
-    # The same statement as the one-round-trip commit's load: prepared once for both.
-    with cursor_prepared() as cursor:
+    with connection.cursor() as cursor:
         cursor.execute(_next_loaded_select(), _next_loaded_params(lease))
         row = cursor.fetchone()
     run = None if row is None else _loaded_instances(row)
@@ -895,10 +897,10 @@ def _after_terminal_insert_sql(task: Task, run: Run) -> tuple[str, list[Any]]:
     the item; deferred tasks are also re-admitted by their own schedule. A run ends once
     (its end is fenced in its transaction): its item is new.
     """
-    from jobs.work import work_insert_sql
+    from jobs.work import work_insert_when
     from runs.services import after_terminal_needed_sql
 
-    return work_insert_sql(
+    return work_insert_when(
         kind=AFTER_TERMINAL,
         key=str(run.pk),
         args={"run_id": str(run.pk)},
@@ -985,7 +987,8 @@ def _after_terminal(run_id: uuid.UUID, item_id: int | None) -> None:
     its wake-up is sent, so a worker retries it at once rather than the work sweep
     ``WORK_REWAKE_SECONDS`` later; a failure of the item's own handler is retried by
     the item's backoff."""
-    from jobs.work import work_execute, work_wake_key
+    from jobs.work import work_wake_key
+    from jobs.work_execution import work_execute
     from runs.agent.sandbox import run_workdirs_remove
 
     try:

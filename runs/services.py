@@ -23,11 +23,6 @@ from django.db.models import Count, Exists, F, Max, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from jobs import redis_round
-from jobs.db_rows import (
-    cursor_prepared,
-    execute_together,
-    instance_new,
-)
 from runs import dispatch, priorities, type_limits
 from runs.identities import idempotency_key_reserved, requested_by_user
 from runs.logs import log
@@ -169,12 +164,11 @@ def _admission_counts(
         workspace_id=workspace_id, repository_id=repository_id, spend=spend
     )
     counts = _admission_counts_sql(spend, repository_id is not None)
-    if lane:
-        row = execute_together([_lane_take_sql(workspace_id), (counts, params)])
-    else:
-        with cursor_prepared() as cursor:
-            cursor.execute(counts, params)
-            row = cursor.fetchone()
+    with connection.cursor() as cursor:
+        if lane:
+            cursor.execute(*_lane_take_sql(workspace_id))
+        cursor.execute(counts, params)
+        row = cursor.fetchone()
     assert row is not None  # an aggregate: always one row
     in_workspace, in_repository, spent = row
     return int(in_workspace), int(in_repository), Decimal(spent or 0)
@@ -505,9 +499,9 @@ def _submission_new(
 ) -> tuple[Task, Run | None, list[PendingEvent]]:
     """The new task, with the status admission decided (no second write to it), its first
     run unless deferred, and the events of both; nothing written yet."""
-    task = instance_new(
-        Task,
-        {"workspace": ws, "repository": repository},
+    task = Task(
+        workspace=ws,
+        repository=repository,
         status=Task.Status.DEFERRED if refusal is not None else Task.Status.RUNNING,
         status_reason=refusal or "",
         instruction=instruction,
@@ -549,9 +543,8 @@ def _submission_new(
     ]
     # Nobody else can append to a run inserted in this transaction: its first sequence
     # numbers are reserved by the INSERT itself instead of an UPDATE.
-    run = instance_new(
-        Run,
-        {"task": task},
+    run = Run(
+        task=task,
         workspace_id=ws.pk,
         repository_id=task.repository_id,
         run_no=run_no,

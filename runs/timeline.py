@@ -7,7 +7,6 @@ the other, and neither exists without the state change that caused it.
 
 from __future__ import annotations
 
-import functools
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -15,9 +14,8 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import Model
-from django.db.models.sql import InsertQuery
+from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 from structlog.contextvars import bind_contextvars, get_contextvars
 
@@ -115,18 +113,13 @@ def _sequence_reserve(run_id: uuid.UUID, count: int) -> int:
     """Reserve ``count`` sequence numbers for a run; returns the last one reserved.
 
     The UPDATE takes the run's row lock until the transaction ends, so concurrent
-    appenders queue behind each other and a rollback returns the numbers: gap-free.
+    appenders queue behind each other and a rollback returns the numbers: gap-free. The
+    number read after it is this transaction's, under that lock.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {Run._meta.db_table} SET last_sequence_no = last_sequence_no + %s "  # noqa: S608
-            "WHERE id = %s RETURNING last_sequence_no",
-            [count, run_id],
-        )
-        row = cursor.fetchone()
-    if row is None:
+    runs = Run.objects.filter(pk=run_id)
+    if not runs.update(last_sequence_no=F("last_sequence_no") + count):
         raise Run.DoesNotExist(f"run {run_id} does not exist")
-    return int(row[0])
+    return int(runs.values_list("last_sequence_no", flat=True).get())
 
 
 def events_record(
@@ -162,7 +155,8 @@ def events_record(
     recorded, outbox = _rows_of(
         task=task, run=run, events=pending, sequences=sequences, causation_id=causation_id
     )
-    _rows_insert(recorded, outbox)
+    RunEvent.objects.bulk_create(recorded)
+    OutboxEvent.objects.bulk_create(outbox)
     events_recorded(task=task, run=run, events=pending)
     return recorded
 
@@ -203,19 +197,6 @@ def _rows_of(
     return recorded, outbox
 
 
-def events_insert_sql(
-    *, task: Task, run: Run, events: list[PendingEvent], sequences: list[int]
-) -> list[tuple[str, list[Any]]]:
-    """The INSERTs (statement, parameters) of a run's ``events`` numbered ``sequences``
-    (PostgreSQL), for a writer that sends them in one round trip with its own statements
-    and calls ``events_recorded`` once they are committed."""
-    recorded, outbox = _rows_of(task=task, run=run, events=events, sequences=sequences)
-    return [
-        _insert_statement(model, rows)
-        for model, rows in ((RunEvent, recorded), (OutboxEvent, outbox))
-    ]
-
-
 @dataclass
 class PreparedEvent:
     """One event's rows before they are written: the timeline's (when it has a
@@ -238,11 +219,7 @@ def events_prepare(
     sequences: list[int],
     causation_id: str | None = None,
 ) -> list[PreparedEvent]:
-    """Ids and envelopes of ``events``; the i-th of a run's events takes ``sequences[i]``.
-
-    A writer that inserts the rows itself (one statement with the facts they record)
-    calls ``events_recorded`` afterwards, as ``events_record`` does.
-    """
+    """Ids and envelopes of ``events``; the i-th of a run's events takes ``sequences[i]``."""
     common = _envelope_common(task=task, run=run, causation_id=causation_id)
     partition_key = common.fields.get("runid") or common.fields["taskid"]
     prepared = []
@@ -279,71 +256,6 @@ def events_recorded(*, task: Task, run: Run | None, events: list[PendingEvent]) 
         transaction.on_commit(partial(_wake_relay_announce, run.id, run.last_sequence_no))
     else:
         transaction.on_commit(_wake_relay)
-
-
-def _rows_insert(recorded: list[RunEvent], outbox: list[OutboxEvent]) -> None:
-    """INSERT the timeline and outbox rows, both in one round trip.
-
-    The client-side cursor sends the two statements as one query string; they run in
-    the caller's transaction like two separate calls would.
-    """
-    if not recorded:
-        RunEvent.objects.bulk_create(recorded)
-        OutboxEvent.objects.bulk_create(outbox)
-        return
-    statements: list[str] = []
-    params: list[Any] = []
-    batches: tuple[tuple[type[Model], list[Any]], ...] = (
-        (RunEvent, recorded),
-        (OutboxEvent, outbox),
-    )
-    for model, rows in batches:
-        statement, values = _insert_statement(model, rows)
-        statements.append(statement)
-        params.extend(values)
-    with connection.cursor() as cursor:
-        cursor.execute("; ".join(statements), params)
-    for row in (*recorded, *outbox):
-        row._state.adding = False
-        row._state.db = connection.alias
-
-
-def _insert_fields(model: type[Model]) -> list[Any]:
-    # As bulk_create: the serial primary key is the database's to assign (the rows' ids
-    # are not read back; nothing uses them).
-    opts = model._meta
-    return [f for f in opts.concrete_fields if f is not opts.auto_field and not f.generated]
-
-
-@functools.lru_cache(maxsize=64)
-def _insert_text(model: type[Model], count: int) -> str:
-    quote = connection.ops.quote_name
-    fields = _insert_fields(model)
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    return (
-        f"INSERT INTO {quote(model._meta.db_table)} "  # noqa: S608 - names are ours
-        f"({', '.join(quote(f.column) for f in fields)}) VALUES {', '.join([row] * count)}"
-    )
-
-
-def _insert_statement(model: type[Model], rows: list[Any]) -> tuple[str, list[Any]]:
-    """The multi-row INSERT of ``rows``: values as the ORM's insert compiler prepares them
-    (``pre_save``, which sets ``auto_now_add``, then ``get_db_prep_save``), the statement
-    text built once per row count. A value the compiler would have to compile (an
-    expression, a field with its own placeholder) goes through the compiler instead.
-    """
-    fields = _insert_fields(model)
-    values: list[Any] = []
-    for row in rows:
-        for f in fields:
-            value = f.pre_save(row, True)
-            if hasattr(value, "resolve_expression") or hasattr(f, "get_placeholder"):
-                query = InsertQuery(model)
-                query.insert_values(fields, rows)
-                ((statement, compiled),) = query.get_compiler(connection=connection).as_sql()
-                return statement, list(compiled)
-            values.append(f.get_db_prep_save(value, connection=connection))
-    return _insert_text(model, len(rows)), values
 
 
 def event_record(

@@ -2,7 +2,7 @@
 
 Everything here runs inside the HTTP request and must stay cheap: a few hashes, one
 small query for the secrets of the repositories the delivery may belong to, one
-statement that records the receipt and its work item. A delivery reaches only the
+transaction that records the receipt and its work item. A delivery reaches only the
 repositories whose own secret signed it (docs/design.md §9). The work happens in processing,
 woken once the receipt is committed.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,13 +19,10 @@ from urllib.parse import parse_qs
 
 import structlog
 from django.conf import settings
-from django.db import IntegrityError
-from django.utils import timezone
+from django.db import IntegrityError, transaction
 
 from jobs import tracing
-from jobs.db_rows import cursor_prepared
 from jobs.json_input import JSONInputError, json_parse
-from jobs.models import WorkItem
 from runs.models import Repository
 from webhooks import metrics
 from webhooks.logs import log
@@ -73,10 +69,8 @@ class _Candidate:
 # --- parsing ------------------------------------------------------------------------------
 
 
-def payload_parse(*, body: bytes, content_type: str) -> tuple[dict[str, Any], str]:
-    """The JSON object in the body, or in the ``payload`` field of a form-encoded body,
-    and its JSON text as received (stored as it came: PostgreSQL reads it as the same
-    ``jsonb`` that serialising the parsed object again would give)."""
+def payload_parse(*, body: bytes, content_type: str) -> dict[str, Any]:
+    """The JSON object in the body, or in the ``payload`` field of a form-encoded body."""
     try:
         text = body.decode("utf-8")
         if content_type.split(";")[0].strip().lower() == "application/x-www-form-urlencoded":
@@ -92,7 +86,7 @@ def payload_parse(*, body: bytes, content_type: str) -> tuple[dict[str, Any], st
         raise IntakeRefused(400, code, exc.detail) from exc
     if not isinstance(payload, dict):
         raise IntakeRefused(400, "malformed_payload", "payload must be a JSON object")
-    return payload, text
+    return payload
 
 
 def repository_external_id(provider: str, payload: Mapping[str, Any]) -> str:
@@ -210,8 +204,8 @@ def _verify_and_parse(
     content_type: str,
     repository_id: int | None,
     matches: Matches,
-) -> tuple[dict[str, Any], str, list[int]]:
-    """The payload, its text and the repositories that proved they own the delivery.
+) -> tuple[dict[str, Any], list[int]]:
+    """The payload and the repositories that proved they own the delivery.
 
     A repository's own URL names the secret: the body is verified before it is parsed.
     The shared URL must read the payload's repository first (unless the installation
@@ -220,18 +214,18 @@ def _verify_and_parse(
     """
     if repository_id is not None:
         repository_ids = _verified(provider, _candidates(provider, repository_id, None), matches)
-        return (*payload_parse(body=body, content_type=content_type), repository_ids)
+        return payload_parse(body=body, content_type=content_type), repository_ids
     if _installation_verified(provider, matches):
-        return (*payload_parse(body=body, content_type=content_type), [])
+        return payload_parse(body=body, content_type=content_type), []
     tried = bool(_installation_secret(provider))
     try:
-        payload, payload_text = payload_parse(body=body, content_type=content_type)
+        payload = payload_parse(body=body, content_type=content_type)
     except IntakeRefused:
         # Nothing verified it, and it names no repository whose secret could: a bad
         # signature, not a bad payload, is all an unauthenticated sender learns.
         raise _signature_refused(provider, "mismatch", "signature does not match") from None
     candidates = _candidates(provider, None, payload)
-    return payload, payload_text, _verified(provider, candidates, matches, tried=tried)
+    return payload, _verified(provider, candidates, matches, tried=tried)
 
 
 # --- the receipt ------------------------------------------------------------------------------
@@ -260,71 +254,6 @@ def receipt_work_enqueue(receipt_id: int, *, reopen: bool = False, new: bool = F
         work_enqueue(kind=WORK_KIND, key=str(receipt_id), args=args, reopen=reopen)
 
 
-_RECEIPT_COLUMNS = (
-    "provider",
-    "delivery_id",
-    "hook_id",
-    "event",
-    "action",
-    "headers",
-    "payload",
-    "repository_ids",
-    "size_bytes",
-    "status",
-    "status_reason",
-    "error",
-    "attempts",
-    "received_at",
-    "intake_ms",
-    "last_attempt_at",
-    "processing_ms",
-    "processed_at",
-)
-_WORK_COLUMNS = (
-    "kind",
-    "key",
-    "args",
-    "queue",
-    "status",
-    "due_at",
-    "woken_at",
-    "wakes",
-    "lease_until",
-    "claim",
-    "attempts",
-    "crashes",
-    "deferrals",
-    "last_error",
-    "traceparent",
-    "created_at",
-    "finished_at",
-)
-# The receipt and its work item in one statement: atomic on its own, one round trip. A
-# repeated delivery inserts nothing (the unique constraint); one racing it waits for it
-# to commit.
-_RECEIPT_INSERT = f"""
-WITH receipt AS (
-    INSERT INTO {WebhookReceipt._meta.db_table} ({", ".join(_RECEIPT_COLUMNS)})
-    VALUES (
-        %(provider)s, %(delivery_id)s, %(hook_id)s, %(event)s, %(action)s,
-        %(headers)s::jsonb, %(payload)s::jsonb,
-        %(repository_ids)s::jsonb,
-        %(size_bytes)s, %(received)s, '', '', 0, %(now)s, %(intake_ms)s, NULL, 0, NULL
-    )
-    ON CONFLICT ON CONSTRAINT receipt_unique_delivery DO NOTHING
-    RETURNING id
-), item AS (
-    INSERT INTO {WorkItem._meta.db_table} ({", ".join(_WORK_COLUMNS)})
-    SELECT %(kind)s, receipt.id::text, jsonb_build_object('receipt_id', receipt.id),
-        %(queue)s, %(pending)s, %(now)s, NULL, 0, NULL, '', 0, 0, 0, '', %(traceparent)s,
-        %(now)s, NULL
-    FROM receipt
-    RETURNING id, queue
-)
-SELECT receipt.id, item.id, item.queue FROM receipt CROSS JOIN item
-"""  # noqa: S608 - table and column names are ours
-
-
 def webhook_receipt_record(
     *,
     provider: str,
@@ -333,7 +262,6 @@ def webhook_receipt_record(
     delivery_id: str,
     headers: Mapping[str, str],
     payload: dict[str, Any],
-    payload_text: str,
     repository_ids: list[int],
     size_bytes: int,
     started: float,
@@ -343,12 +271,10 @@ def webhook_receipt_record(
 
     ``repository_ids``: the repositories whose own secret verified the delivery, the
     only ones processing acts on. Two identical deliveries racing each other both try
-    the INSERT; the unique constraint makes the second wait for the first to
-    commit and then insert nothing, so exactly one receipt (and one processing message)
-    exists per (provider, hook, delivery).
+    the INSERT; the unique constraint makes the second wait for the first to commit and
+    then fail, so exactly one receipt (and one processing message) exists per
+    (provider, hook, delivery).
     """
-    from jobs.work import work_kind, work_wake_new_on_commit
-
     action = (
         payload.get("action")
         if provider == GITHUB
@@ -358,32 +284,25 @@ def webhook_receipt_record(
             else ""
         )
     )
-    params = {
-        "provider": provider,
-        "delivery_id": delivery_id[:300],
-        "hook_id": hook_id[:100],
-        "event": event[:100],
-        "action": str(action or "")[:100],
-        # The delivery's trace (made by the request middleware) goes with the receipt, so
-        # processing continues it however late or often it runs.
-        "headers": json.dumps({**headers_storable(headers), **tracing.traceparent_header()}),
-        "payload": payload_text,
-        "repository_ids": json.dumps(sorted(repository_ids)),
-        "size_bytes": size_bytes,
-        "received": WebhookReceipt.Status.RECEIVED,
-        "now": timezone.now(),
-        "intake_ms": int((time.monotonic() - started) * 1000),
-        "kind": WORK_KIND,
-        "queue": work_kind(WORK_KIND).queue,
-        "pending": WorkItem.Status.PENDING,
-        "traceparent": tracing.traceparent_current() or "",
-    }
-    # Prepared: PostgreSQL plans the two INSERTs once per connection, and the payload
-    # goes as a parameter instead of a literal quoted into the statement's text.
-    with cursor_prepared() as cursor:
-        cursor.execute(_RECEIPT_INSERT, params)
-        row = cursor.fetchone()
-    if row is None:
+    try:
+        # A savepoint inside a caller's transaction: a duplicate leaves it usable.
+        with transaction.atomic():
+            receipt = WebhookReceipt.objects.create(
+                provider=provider,
+                delivery_id=delivery_id[:300],
+                hook_id=hook_id[:100],
+                event=event[:100],
+                action=str(action or "")[:100],
+                # The delivery's trace (made by the request middleware) goes with the
+                # receipt, so processing continues it however late or often it runs.
+                headers={**headers_storable(headers), **tracing.traceparent_header()},
+                payload=payload,
+                repository_ids=sorted(repository_ids),
+                size_bytes=size_bytes,
+                intake_ms=int((time.monotonic() - started) * 1000),
+            )
+            receipt_work_enqueue(receipt.pk, new=True)
+    except IntegrityError:
         existing = (
             WebhookReceipt.objects.filter(
                 provider=provider, hook_id=hook_id[:100], delivery_id=delivery_id[:300]
@@ -392,19 +311,16 @@ def webhook_receipt_record(
             .first()
         )
         if existing is None:
-            raise IntegrityError(f"webhook receipt {provider}:{delivery_id} neither new nor found")
+            raise
         metrics.deliveries.labels(provider=provider, result="duplicate").inc()
         log.info("webhook.duplicate", provider=provider, delivery_id=delivery_id, hook_id=hook_id)
         return IntakeResult(receipt_id=existing, duplicate=True)
-    receipt_id, _item_id, queue = row
-    # Woken as jobs.work.work_enqueue_new wakes a new item: through its queue's drain.
-    work_wake_new_on_commit(queue)
     metrics.deliveries.labels(provider=provider, result="accepted").inc()
     # Said on the request's own log line (http.response), not on a line of its own.
     structlog.contextvars.bind_contextvars(
-        provider=provider, webhook_event=event, delivery_id=delivery_id, receipt_id=receipt_id
+        provider=provider, webhook_event=event, delivery_id=delivery_id, receipt_id=receipt.pk
     )
-    return IntakeResult(receipt_id=receipt_id, duplicate=False)
+    return IntakeResult(receipt_id=receipt.pk, duplicate=False)
 
 
 def github_intake(
@@ -418,7 +334,7 @@ def github_intake(
     content_type = headers.get("Content-Type", "application/json")
     signature = headers.get("X-Hub-Signature-256", "")
     github_signature_check(signature)
-    payload, payload_text, repository_ids = _verify_and_parse(
+    payload, repository_ids = _verify_and_parse(
         GITHUB,
         body=body,
         content_type=content_type,
@@ -438,7 +354,6 @@ def github_intake(
         delivery_id=delivery_id,
         headers=headers,
         payload=payload,
-        payload_text=payload_text,
         repository_ids=repository_ids,
         size_bytes=len(body),
         started=started,
@@ -457,7 +372,7 @@ def gitlab_intake(
     token = headers.get("X-Gitlab-Token", "")
     if not token:
         raise _signature_refused(GITLAB, "missing", "X-Gitlab-Token header is missing")
-    payload, payload_text, repository_ids = _verify_and_parse(
+    payload, repository_ids = _verify_and_parse(
         GITLAB,
         body=body,
         content_type=content_type,
@@ -481,7 +396,6 @@ def gitlab_intake(
         delivery_id=delivery_id,
         headers=headers,
         payload=payload,
-        payload_text=payload_text,
         repository_ids=repository_ids,
         size_bytes=len(body),
         started=started,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import hmac
 import secrets
@@ -10,16 +9,17 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import connection
+from django.contrib.postgres.expressions import ArraySubquery
+from django.db import DEFAULT_DB_ALIAS
+from django.db.models import OuterRef
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 
 from agentplatform.api import access_cache
-from agentplatform.api.scoping import workspace_ids_remember, workspace_ids_sql
-from jobs.db_rows import cursor_prepared, instance_from_row
-from runs.models import ApiToken
+from agentplatform.api.scoping import workspace_ids_remember
+from runs.models import ApiToken, Membership
 
 TOKEN_PREFIX = "agp_"  # noqa: S105 - a public marker, not a secret
 # last_used_at is bookkeeping, not an audit log: writing it on every request would turn
@@ -67,10 +67,9 @@ def api_token_resolve(secret: str, *, with_workspaces: bool = False) -> ApiToken
     key = ("token", digest, with_workspaces)
     prefix = secret[: len(TOKEN_PREFIX) + 8]
 
-    def matching_row() -> tuple[Any, ...] | None:
-        _, split, _ = _tokens_live_sql(with_workspaces=with_workspaces)
+    def matching_row() -> TokenRow | None:
         for row in _tokens_live(prefix=prefix, with_workspaces=with_workspaces):
-            if hmac.compare_digest(row[_KEY_HASH_COLUMN], digest) and row[split + _ACTIVE_COLUMN]:
+            if hmac.compare_digest(row[0][_KEY_HASH_COLUMN], digest) and row[1][_ACTIVE_COLUMN]:
                 return row
         return None
 
@@ -78,72 +77,58 @@ def api_token_resolve(secret: str, *, with_workspaces: bool = False) -> ApiToken
     row = access_cache.read_through(key, matching_row)
     if row is None:
         return None
-    token = _token_from_row(row, with_workspaces=with_workspaces)
+    token = _token_from_row(row)
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now
         # Remembered with the time just written, or each later request writes it.
-        values = list(row)
+        values = list(row[0])
         values[_LAST_USED_COLUMN] = now
-        access_cache.replace(key, tuple(values))
+        access_cache.replace(key, (tuple(values), row[1], row[2]))
     return token
 
 
-# Where a token's ``key_hash`` and ``last_used_at`` are in a row of ``_tokens_live``, and
-# the user's ``is_active`` among the user's columns (plain values: no converter).
-_TOKEN_COLUMNS = [f.attname for f in ApiToken._meta.concrete_fields]
-_KEY_HASH_COLUMN = _TOKEN_COLUMNS.index("key_hash")
-_LAST_USED_COLUMN = _TOKEN_COLUMNS.index("last_used_at")
-_ACTIVE_COLUMN = [f.attname for f in User._meta.concrete_fields].index("is_active")
+# A live token as remembered (``access_cache``): its field values, its user's, and the ids
+# of the user's workspaces (None when not read). Plain values, so each request builds
+# instances of its own from them.
+TokenRow = tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, ...] | None]
+
+_TOKEN_FIELDS = [f.attname for f in ApiToken._meta.concrete_fields]
+_USER_FIELDS = [f.attname for f in User._meta.concrete_fields]
+_KEY_HASH_COLUMN = _TOKEN_FIELDS.index("key_hash")
+_LAST_USED_COLUMN = _TOKEN_FIELDS.index("last_used_at")
+_ACTIVE_COLUMN = _USER_FIELDS.index("is_active")
 
 
-def _tokens_live(*, prefix: str, with_workspaces: bool = False) -> list[tuple[Any, ...]]:
-    """The rows of the unrevoked tokens with this prefix, each with its user's columns
-    (and, with ``with_workspaces``, the ids of the user's workspaces) after its own.
-
-    Every authenticated request not answered from memory runs this lookup: one fixed
-    statement (written once per process), the rows built with ``from_db`` as the ORM
-    builds them (``_token_from_row``), instead of compiling the same queryset
-    (``select_related("user").filter(...)``) on every request. It is a prepared
-    statement (``cursor_prepared``): PostgreSQL planned it in 0.17 ms and ran it in 0.05.
-    """
-    sql, _, _ = _tokens_live_sql(with_workspaces=with_workspaces)
-    with cursor_prepared() as cursor:
-        cursor.execute(sql, [prefix])
-        return list(cursor.fetchall())
-
-
-def _token_from_row(row: tuple[Any, ...], *, with_workspaces: bool) -> ApiToken:
-    """A token of ``_tokens_live``'s row, with its user loaded (and, with
-    ``with_workspaces``, the user's workspace ids remembered on it)."""
-    _, split, end = _tokens_live_sql(with_workspaces=with_workspaces)
-    token = instance_from_row(ApiToken, row[:split])
-    token.user = instance_from_row(User, row[split:end])
+def _tokens_live(*, prefix: str, with_workspaces: bool = False) -> list[TokenRow]:
+    """The unrevoked tokens with this prefix, each with its user (and, with
+    ``with_workspaces``, the ids of the user's workspaces, read by the same statement)."""
+    tokens = ApiToken.objects.select_related("user").filter(prefix=prefix, revoked_at__isnull=True)
     if with_workspaces:
-        workspace_ids_remember(token.user, row[end])
+        tokens = tokens.annotate(
+            workspace_ids=ArraySubquery(
+                Membership.objects.filter(user_id=OuterRef("user_id")).values("workspace_id")
+            )
+        )
+    return [
+        (
+            tuple(getattr(token, name) for name in _TOKEN_FIELDS),
+            tuple(getattr(token.user, name) for name in _USER_FIELDS),
+            tuple(token.workspace_ids) if with_workspaces else None,  # type: ignore[attr-defined]
+        )
+        for token in tokens
+    ]
+
+
+def _token_from_row(row: TokenRow) -> ApiToken:
+    """The token of a ``_tokens_live`` row, its user loaded (and the user's workspace ids
+    remembered on it, when read)."""
+    token = ApiToken.from_db(DEFAULT_DB_ALIAS, _TOKEN_FIELDS, row[0])
+    token.user = User.from_db(DEFAULT_DB_ALIAS, _USER_FIELDS, row[1])
+    if row[2] is not None:
+        workspace_ids_remember(token.user, row[2])
     return token
-
-
-@functools.cache
-def _tokens_live_sql(*, with_workspaces: bool) -> tuple[str, int, int]:
-    """The lookup, where the token's columns end and where the user's end; with
-    ``with_workspaces`` one more column, the ids of the user's workspaces (an array)."""
-    token_meta, user_meta = ApiToken._meta, User._meta
-    quote = connection.ops.quote_name
-    columns = [f"t.{quote(f.column)}" for f in token_meta.concrete_fields]
-    columns += [f"u.{quote(f.column)}" for f in user_meta.concrete_fields]
-    user_fk, user_pk = token_meta.get_field("user").column, user_meta.pk.column
-    end = len(columns)
-    if with_workspaces:
-        columns.append(f"ARRAY({workspace_ids_sql(user=f'u.{quote(user_pk)}')})")
-    sql = (
-        f"SELECT {', '.join(columns)} FROM {quote(token_meta.db_table)} t"  # noqa: S608 - names are ours
-        f" JOIN {quote(user_meta.db_table)} u ON u.{quote(user_pk)} = t.{quote(user_fk)}"
-        f" WHERE t.{quote(token_meta.get_field('prefix').column)} = %s"
-        f" AND t.{quote(token_meta.get_field('revoked_at').column)} IS NULL"
-    )
-    return sql, len(token_meta.concrete_fields), end
 
 
 def bearer_secret(header: str) -> str | None:

@@ -192,7 +192,3 @@ def _redis_database(url: str) -> int:
 # views' channels carry REDIS_URL's database number, so deployments sharing a server on
 # database numbers of their own never wake each other's views.
 RUN_CHANNEL_PREFIX = f"agent.db{_redis_database(REDIS_URL)}.run."
-
-# The hot paths' fixed statements as server-side prepared statements (jobs.db_rows
-# cursor_prepared); 0 behind a pooler that does not keep them across transactions.
-DATABASE_PREPARED_STATEMENTS = env_value("DATABASE_PREPARED_STATEMENTS", bool, True)

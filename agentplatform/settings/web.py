@@ -33,7 +33,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_RENDERER_CLASSES": ["agentplatform.api.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["agentplatform.api.parsers.JSONParser"],
     "DEFAULT_THROTTLE_CLASSES": [
         "agentplatform.api.throttling.AnonRateThrottle",

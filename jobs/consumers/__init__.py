@@ -22,7 +22,7 @@ from django.db import connection, transaction
 from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
-from jobs import metrics, tracing
+from jobs import metrics, sql, tracing
 from jobs.logs import log
 from jobs.models import OutboxEvent, ProcessedEvent
 
@@ -103,15 +103,8 @@ def processed_claim(*, consumer: str, event_id: str) -> bool:
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("processed_claim must run inside transaction.atomic()")
-    table = ProcessedEvent._meta.db_table
-    value = uuid.UUID(event_id)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (consumer, event_id, processed_at) "  # noqa: S608
-            "VALUES (%s, %s, CURRENT_TIMESTAMP) ON CONFLICT (consumer, event_id) DO NOTHING "
-            "RETURNING id",
-            [consumer, value],
-        )
+        cursor.execute(sql.PROCESSED_EVENT_INSERT, [consumer, uuid.UUID(event_id)])
         return cursor.fetchone() is not None
 
 

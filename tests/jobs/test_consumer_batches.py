@@ -25,11 +25,11 @@ from jobs.work import (
     WorkDeferred,
     WorkKind,
     work_enqueue,
-    work_execute,
     work_kind,
     work_kind_register,
     work_sweep,
 )
+from jobs.work_execution import work_execute
 from runs.models import Run
 from runs.timeline import PendingEvent, events_record
 from tests.factories import TaskFactory

@@ -1,6 +1,5 @@
-"""Claiming a work item: a due item is claimed; every other case is told apart
-as before (missing, done, in flight, early, poison), and a claim after a dead worker's
-counts as its crash."""
+"""Claiming a work item: a due item is leased; every other case is told apart (missing,
+done, in flight, early, poison), and a claim after a dead worker's counts as its crash."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from jobs.models import WorkItem
-from jobs.work import _claim
+from jobs.work_execution import _claim
 
 pytestmark = pytest.mark.django_db
 

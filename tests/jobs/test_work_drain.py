@@ -21,18 +21,17 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-import jobs.work
+import jobs.work_execution
 from jobs.models import DeadLetter, WorkItem
 from jobs.work import (
     WORK_DRAIN_TASK,
     WorkKind,
-    work_drain,
     work_enqueue_new,
-    work_execute,
     work_kind_register,
     work_wake_new,
     work_wake_reset,
 )
+from jobs.work_execution import work_drain, work_execute
 from tests.conftest import free_port
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
@@ -101,7 +100,7 @@ def test_an_item_committed_after_the_last_claim_gets_a_drain_of_its_own(
 ) -> None:
     create(queue, "first")
     broker().delete(queue)
-    claim = jobs.work._claim_next
+    claim = jobs.work_execution._claim_next
     late: list[int] = []
 
     def claim_then_commit_late(name: str) -> Any:
@@ -112,12 +111,12 @@ def test_an_item_committed_after_the_last_claim_gets_a_drain_of_its_own(
             assert messages(queue) == []
         return item
 
-    monkeypatch.setattr(jobs.work, "_claim_next", claim_then_commit_late)
+    monkeypatch.setattr(jobs.work_execution, "_claim_next", claim_then_commit_late)
     assert work_drain(queue=queue).done == 1
 
     assert messages(queue) == [(WORK_DRAIN_TASK, [queue, 0])]
     assert WorkItem.objects.get(pk=late[0]).status == WorkItem.Status.PENDING
-    monkeypatch.setattr(jobs.work, "_claim_next", claim)
+    monkeypatch.setattr(jobs.work_execution, "_claim_next", claim)
     assert work_drain(queue=queue).done == 1
     assert RAN == ["first", "late"]
 

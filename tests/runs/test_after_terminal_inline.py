@@ -7,6 +7,7 @@ import pytest
 from django.db import OperationalError
 
 import jobs.work
+import jobs.work_execution
 from jobs.models import WorkItem
 from runs.engine import AFTER_TERMINAL, run_end_unleased
 from runs.models import Run, Task
@@ -52,7 +53,7 @@ def test_the_follow_up_work_is_woken_when_it_could_not_run_at_once(
     def unreachable(**kwargs):
         raise OperationalError("the database went away")
 
-    monkeypatch.setattr(jobs.work, "work_execute", unreachable)
+    monkeypatch.setattr(jobs.work_execution, "work_execute", unreachable)
     _feedback_waits(run)
     with django_capture_on_commit_callbacks(execute=True):
         assert run_end_unleased(run_id=run.pk, target=S.FAILED, reason="step_error")

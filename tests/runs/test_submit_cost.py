@@ -36,13 +36,6 @@ def _submission_statements(api: APIClient, repository) -> list[str]:
     return [q["sql"] for q in queries.captured_queries]
 
 
-def _is_one_batch(statement: str) -> None:
-    # The lane and the count: agentplatform_admission_lane_counts (migration 0021).
-    assert "; " not in statement
-    assert "agentplatform_admission_lane_counts(" in statement
-    assert 'INSERT INTO "runs_task"' in statement and 'INSERT INTO "jobs_outboxevent"' in statement
-
-
 def test_in_a_callers_transaction_a_repeated_key_rolls_back_only_its_own_attempt(
     submitter,
 ) -> None:

@@ -99,19 +99,3 @@ def test_an_outsider_gets_404_before_the_parameters_are_read(member_run) -> None
     assert outsider.get(f"/api/runs/{run.pk}/events/?limit=2147483648").status_code == 404
     member = api_client_for(user)
     assert member.get(f"/api/runs/{run.pk}/events/?limit=2147483648").status_code == 400
-
-
-def test_the_timeline_statements_are_prepared_once(member_run) -> None:
-    """Sent as text, each was parsed and planned on every request: three times the
-    database time of a page."""
-    user, run = member_run
-    api = api_client_for(user)
-    for page in ("", "?after=1", "?after=2&limit=2"):
-        assert api.get(f"/api/runs/{run.pk}/events/{page}").status_code == 200
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement FROM pg_prepared_statements")
-        statements = [s for (s,) in cursor.fetchall()]
-    visible = [s for s in statements if 'FROM "runs_run" r' in s]
-    page = [s for s in statements if 'FROM "runs_runevent"' in s]
-    assert len(visible) == len(page) == 1, statements
-    assert "$1" in page[0] and "LIMIT $3" in page[0], page

@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agentplatform.api.views.runs import RunListApi, RunOutputSerializer, _run_list_compiled
+from agentplatform.api.views.runs import RunListApi, RunOutputSerializer
 from runs.models import Membership, Run
 from tests.factories import (
     RepositoryFactory,
@@ -83,8 +83,8 @@ def test_a_page_costs_the_same_queries_whatever_its_size(member) -> None:
     _runs(workspace, repository, 60)
     with CaptureQueriesContext(connection) as full:
         assert len(api.get("/api/runs/").json()["results"]) == 50
-    # The caller's workspaces, then the bounded count with the page: nothing per run.
-    assert len(small.captured_queries) == len(full.captured_queries) == 2
+    # The caller's workspaces, the bounded count, the page: nothing per run.
+    assert len(small.captured_queries) == len(full.captured_queries) == 3
 
 
 def _list_plans(user) -> tuple[str, str]:
@@ -109,17 +109,6 @@ def test_the_list_query_reads_the_index_in_its_order_without_sorting(member) -> 
     page, count = _list_plans(user)
     assert "run_created" in page and "Sort" not in page and "runs_task" not in page, page
     assert "runs_task" not in count, count
-
-
-def test_the_bounded_count_reads_the_oldest_end_of_the_index_alone(member) -> None:
-    """The runs still changing are the newest: the count starts at the other end, where
-    vacuumed pages need no visit to the table, for one workspace as for several."""
-    _, workspace, repository = member
-    _runs(workspace, repository, 20)
-    for scopes in (1, 3):
-        plan = query_plan(_run_list_compiled(scopes).count_sql, [*range(1, scopes + 1), 1050])
-        assert "Index Only Scan Backward using run_ws_created" in plan, plan
-        assert "Sort" not in plan, plan
 
 
 def test_a_run_carries_its_tasks_workspace(member) -> None:
@@ -149,85 +138,6 @@ def test_filters_and_scoping_still_apply(member) -> None:
     assert [r["id"] for r in by_task] == [str(mine[1].pk)]
 
 
-def _orm_path(monkeypatch) -> None:
-    """Send the unfiltered list through the queryset path, as a filtered list goes."""
-    monkeypatch.setattr("agentplatform.api.views.runs.filters_given", lambda *args: True)
-
-
-@pytest.mark.parametrize("workspaces", [1, 3])
-def test_the_unfiltered_list_compiled_once_answers_as_the_queryset_path(
-    member, monkeypatch, workspaces
-) -> None:
-    user, workspace, repository = member
-    _runs(workspace, repository, 7)
-    for _ in range(workspaces - 1):
-        other = WorkspaceFactory()
-        Membership.objects.create(workspace=other, user=user, role="member")
-        _runs(other, RepositoryFactory(workspace=other), 4)
-    _runs(WorkspaceFactory(), RepositoryFactory(), 3)  # not the caller's
-    api = api_client_for(user)
-    pages = ["", "?limit=3", "?limit=3&offset=3", "?offset=6", "?offset=100", "?limit=200"]
-    compiled = [api.get(f"/api/runs/{page}").json() for page in pages]
-    _orm_path(monkeypatch)
-    assert compiled == [api.get(f"/api/runs/{page}").json() for page in pages]
-    assert compiled[0]["count"] == 7 + 4 * (workspaces - 1)
-
-
-def test_the_unfiltered_lists_statements_are_prepared_once(member) -> None:
-    user, workspace, repository = member
-    _runs(workspace, repository, 3)
-    api = api_client_for(user)
-    for page in ("", "?offset=1", "?limit=2"):
-        assert api.get(f"/api/runs/{page}").status_code == 200
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement FROM pg_prepared_statements")
-        listed = [s for (s,) in cursor.fetchall() if 'FROM "runs_run"' in s]
-    # The bounded count with the page, once whatever the page: bounds are parameters.
-    assert len(listed) == 1, listed
-    assert all("$1" in s and "LIMIT $" in s for s in listed), listed
-
-
-def _list_statement_plans() -> tuple[int, int]:
-    """(generic, custom) plans of the compiled list's statement on this connection."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
-            " WHERE statement LIKE 'SELECT (SELECT COUNT(*)%%'"
-        )
-        (plans,) = cursor.fetchall()
-        return plans
-
-
-@pytest.mark.django_db(transaction=True)
-def test_one_workspaces_list_runs_on_its_generic_plan_and_sets_nothing_else() -> None:
-    """PostgreSQL's own choice kept planning the page for each request: the generic
-    plan's estimate of ``LIMIT $n`` (a tenth of the rows) made it look dearer."""
-    user, workspace, repository = member_with_repository()
-    _runs(workspace, repository, 60)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE runs_run")
-    api = api_client_for(user)
-    pages = [api.get("/api/runs/").json() for _ in range(7)]
-    assert [len(page["results"]) for page in pages] == [50] * 7
-    assert _list_statement_plans() == (7, 0)
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW plan_cache_mode")
-        assert cursor.fetchone() == ("auto",)  # the request's transaction only
-
-
-def test_several_workspaces_list_is_planned_for_its_values(member) -> None:
-    """How many runs each workspace has decides between the index of every run and
-    each workspace's range: that list keeps PostgreSQL's choice."""
-    user, workspace, repository = member
-    other = WorkspaceFactory()
-    Membership.objects.create(workspace=other, user=user, role="member")
-    _runs(workspace, repository, 3)
-    api = api_client_for(user)
-    for _ in range(3):
-        assert api.get("/api/runs/").json()["count"] == 3
-    assert _list_statement_plans() == (0, 3)  # planned for each request's values
-
-
 def test_a_new_membership_is_seen_by_the_next_request(member) -> None:
     user, workspace, repository = member
     _runs(workspace, repository, 2)
@@ -244,48 +154,6 @@ def test_a_new_membership_is_seen_by_the_next_request(member) -> None:
         "previous": None,
         "results": [],
     }
-
-
-def _python_rendering(monkeypatch) -> None:
-    """Render the compiled list's page in Python (as in a zone other than UTC)."""
-    monkeypatch.setattr("agentplatform.api.pagination._in_utc", lambda: False)
-
-
-def test_the_page_postgresql_writes_is_byte_for_byte_the_page_python_renders(
-    member, monkeypatch
-) -> None:
-    user, workspace, repository = member
-    runs = _runs(workspace, repository, 6)
-    now = timezone.now()
-    odd = [
-        'quote " backslash \\ slash / tab \t newline \n nul-free \x01 \x1f \x7f',
-        "unicode é 漢字 🙂 and the two JavaScript line breaks \u2028 \u2029",
-        "<script>&amp;</script>",
-        "",
-    ]
-    for i, run in enumerate(runs):
-        Run.objects.filter(pk=run.pk).update(
-            status=Run.Status.COMPLETED if i % 2 else Run.Status.RUNNING,
-            # A whole second (no fraction), a fraction ending in zeros, and none at all.
-            started_at=now.replace(microsecond=0) - timedelta(days=i),
-            status_changed_at=now.replace(microsecond=120000),
-            finished_at=None if i % 3 == 0 else now.replace(microsecond=5),
-            cost_usd=[Decimal("0"), Decimal("0.125"), Decimal("123456.000001"), Decimal("-1.5")][
-                i % 4
-            ],
-            branch=odd[i % len(odd)],
-            failure_reason=odd[(i + 1) % len(odd)],
-            model_profile="scripted",
-            tokens_in=2**40 + i,
-        )
-    api = api_client_for(user)
-    pages = ["", "?limit=2", "?limit=2&offset=2", "?offset=5", "?offset=6", "?offset=99"]
-    written = [api.get(f"/api/runs/{page}").content for page in pages]
-    assert b"\\u2028" in written[0] and "漢字".encode() in written[0]
-    _python_rendering(monkeypatch)
-    assert written == [api.get(f"/api/runs/{page}").content for page in pages]
-    _orm_path(monkeypatch)
-    assert written == [api.get(f"/api/runs/{page}").content for page in pages]
 
 
 def test_another_time_zone_renders_the_list_as_the_detail(member) -> None:

@@ -54,7 +54,8 @@ def test_a_read_asks_for_the_callers_workspaces_with_the_token(caller) -> None:
     asking = [sql for sql in statements if MEMBERSHIPS in sql]
     # One statement names the memberships: the token's, which also reads the token.
     assert len(asking) == 1 and '"runs_apitoken"' in asking[0], statements
-    assert len(statements) == 2, statements
+    # Then the list's bounded count and its page.
+    assert len(statements) == 3, statements
 
 
 def test_a_request_that_may_change_memberships_asks_for_them_in_one_statement(caller) -> None:

@@ -16,14 +16,12 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+import jobs.outbox_statistics
 import jobs.relay
 from jobs.models import OutboxEvent
-from jobs.relay import (
-    BACKLOG_ROWS,
-    _batch_claim_sql,
-    outbox_drain,
-    outbox_statistics_refresh,
-)
+from jobs.outbox_statistics import BACKLOG_ROWS, outbox_statistics_refresh
+from jobs.relay import outbox_drain
+from jobs.sql import OUTBOX_BATCH_CLAIM
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True), pytest.mark.sql_shape]
 
@@ -33,7 +31,7 @@ PARTITIONS = 300
 @pytest.fixture(autouse=True)
 def fresh_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # As in a process that has not analysed the outbox yet.
-    monkeypatch.setattr(jobs.relay, "_statistics_refreshed_at", -1e9)
+    monkeypatch.setattr(jobs.outbox_statistics, "_statistics_refreshed_at", -1e9)
     yield
 
 
@@ -66,7 +64,7 @@ def _claim_probes_the_partition_index() -> bool:
     index (an index condition on the partition key), rather than scanning pending rows."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "EXPLAIN (FORMAT JSON) " + _batch_claim_sql(),
+            "EXPLAIN (FORMAT JSON) " + OUTBOX_BATCH_CLAIM,
             [timezone.now(), jobs.relay.PARTITIONS_PER_BATCH, jobs.relay.BATCH_SIZE],
         )
         (plan,) = cursor.fetchone()

@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import WorkItem
-from jobs.work import work_execute
+from jobs.work_execution import work_execute
 from runs.models import InputRequest, Membership, ProviderIdentity, Repository, Run, Task
 from tests.chaos.fakegithub import FakeGitHub
 from tests.factories import RepositoryFactory, TaskFactory, UserFactory, WorkspaceFactory

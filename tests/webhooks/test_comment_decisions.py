@@ -16,7 +16,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from jobs.models import WorkItem
-from jobs.work import work_execute
+from jobs.work_execution import work_execute
 from runs.models import (
     Approval,
     Artifact,

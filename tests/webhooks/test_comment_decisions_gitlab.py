@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from jobs.models import WorkItem
-from jobs.work import work_execute
+from jobs.work_execution import work_execute
 from runs.models import (
     Approval,
     Artifact,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from django.db.models import QuerySet
@@ -16,19 +15,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentplatform.api.errors import ProblemError
-from agentplatform.api.filters import RunFilter, StrictFilterBackend, filters_given
-from agentplatform.api.pagination import (
-    CompiledList,
-    LimitOffsetPagination,
-    SequenceCursorPagination,
-)
-from agentplatform.api.renderers import JSONFragment
-from agentplatform.api.rows import ListRows
+from agentplatform.api.filters import RunFilter, StrictFilterBackend
+from agentplatform.api.pagination import LimitOffsetPagination, SequenceCursorPagination
 from agentplatform.api.scoping import workspace_ids_for
 from agentplatform.api.selectors import (
     run_budget_usage,
     run_current_step,
-    run_events_rows,
     run_visible,
 )
 from agentplatform.api.strict import StrictInput, body_refuse
@@ -53,7 +45,7 @@ class RunOutputSerializer(serializers.ModelSerializer):
         read_only=True
     )
     workspace: serializers.SlugRelatedField[Workspace] = serializers.SlugRelatedField(
-        source="task.workspace", slug_field="slug", read_only=True
+        slug_field="slug", read_only=True
     )
     lease_generation = serializers.IntegerField(
         source="attempt",
@@ -91,10 +83,6 @@ class RunOutputSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-# A page of the list as plain rows, each rendered as RunOutputSerializer renders a run.
-_RUN_ROWS = ListRows(RunOutputSerializer, {"task": "task_id", "workspace": "workspace__slug"})
-
-
 class RunListApi(generics.ListAPIView):
     """Runs of the caller's workspaces, newest first."""
 
@@ -103,55 +91,14 @@ class RunListApi(generics.ListAPIView):
     filter_backends = [StrictFilterBackend]
     filterset_class = RunFilter
 
-    def get_queryset(self) -> QuerySet[Run, dict[str, Any]]:
-        return _run_list_rows().filter(workspace_id__in=workspace_ids_for(user=self.request.user))
-
-    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        results: list[dict[str, Any]] | JSONFragment
-        if filters_given(request, RunFilter):
-            page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
-            assert page is not None  # pagination_class is set
-            results = _RUN_ROWS.render(page)
-        else:
-            # The unfiltered list (every client's first page) is compiled once.
-            scope = workspace_ids_for(user=request.user)
-            paginator: LimitOffsetPagination = self.paginator  # type: ignore[assignment]
-            results = paginator.paginate_compiled(_run_list_compiled, scope, request)
-        return self.get_paginated_response(results)
-
-
-@functools.lru_cache(maxsize=64)
-def _run_list_compiled(scopes: int) -> CompiledList:
-    """The unfiltered list for a caller of ``scopes`` workspaces, compiled once."""
-    stand_ins = list(range(1, scopes + 1))
-    return CompiledList.of(
-        _run_list_rows().filter(workspace_id__in=stand_ins),
-        # The bounded count takes any runs of the scope up to its bound: it reads the
-        # run_ws_created index from its far end, each workspace's oldest runs first.
-        # Those pages are all-visible once vacuumed, so the count reads the index alone;
-        # read from the newest end (or unordered, by a sequential scan) it met the runs
-        # that are still changing and fetched each from the table (1,148 heap fetches
-        # and 428 buffers for a count of 1,050, against none and 12).
-        Run.objects.filter(workspace_id__in=stand_ins)
-        .order_by("-workspace_id", "created_at", "-id")
-        .values("pk"),
-        stand_ins,
-        _RUN_ROWS,
-        # One workspace's page and count are each a range of run_ws_created, whatever
-        # the workspace. Over several, how many runs each has decides the plan.
-        generic_plan=scopes == 1,
-    )
-
-
-@functools.cache
-def _run_list_rows() -> QuerySet[Run, dict[str, Any]]:
-    """The list's query as plain rows in the list's order, built once: each request
-    filters a copy (resolving the 22 columns on every request cost a tenth of a page).
-
-    Ordered like the run_ws_created index (one workspace) and the run_created index
-    (several), which serve the page without a sort.
-    """
-    return Run.objects.order_by("-created_at", "id").values(*_RUN_ROWS.columns)
+    def get_queryset(self) -> QuerySet[Run]:
+        # Ordered like the run_ws_created index (one workspace) and the run_created
+        # index (several), which serve the page without a sort.
+        return (
+            Run.objects.filter(workspace_id__in=workspace_ids_for(user=self.request.user))
+            .select_related("workspace")
+            .order_by("-created_at", "id")
+        )
 
 
 class RunDetailApi(APIView):
@@ -246,22 +193,14 @@ class RunEventListApi(APIView):
         ),
     )
     def get(self, request: Request, pk: Any) -> Response:
-        # Is the run the caller's (404 before any parameter is read), then the page as
-        # plain rows: two fixed statements; rendered by the serializer's own fields.
+        # Is the run the caller's (404 before any parameter is read), then the page.
         if not run_visible(user=request.user, run_id=pk):
             raise Http404("No Run matches the given query.")
         paginator = SequenceCursorPagination()
         paginator.parse(request)
-        rows = run_events_rows(
-            run_id=pk, after=paginator.after, limit=paginator.limit + 1, columns=_EVENT_COLUMNS
-        )
-        page = paginator.page_of(rows)
-        return paginator.response(_EVENT_ROWS.render(page))
-
-
-# A page of a run's timeline as plain rows, each rendered as the serializer renders one.
-_EVENT_ROWS = ListRows(RunEventListApi.OutputSerializer, {})
-_EVENT_COLUMNS = tuple(_EVENT_ROWS.columns)
+        events = RunEvent.objects.filter(run_id=pk, sequence_no__gt=paginator.after)
+        page = paginator.page_of(list(events.order_by("sequence_no")[: paginator.limit + 1]))
+        return paginator.response(self.OutputSerializer(page, many=True).data)
 
 
 class ArtifactOutputSerializer(serializers.ModelSerializer):

@@ -13,7 +13,6 @@ from rest_framework.response import Response
 
 from agentplatform.api.filters import StrictFilterBackend, TaskFilter
 from agentplatform.api.pagination import LimitOffsetPagination
-from agentplatform.api.rows import ListRows
 from agentplatform.api.scoping import workspace_ids_for
 from agentplatform.api.selectors import repository_of_member, submission_outcome
 from agentplatform.api.strict import StrictInput, ThreadFieldsInput
@@ -83,12 +82,6 @@ def _tasks_visible(request: Request) -> QuerySet[Task]:
         .select_related("workspace")
         .order_by("-created_at", "id")
     )
-
-
-# A page of the list as plain rows, each rendered as TaskOutputSerializer renders a task.
-_TASK_ROWS = ListRows(
-    TaskOutputSerializer, {"workspace": "workspace__slug", "repository": "repository_id"}
-)
 
 
 class TaskBudgetInputSerializer(StrictInput):
@@ -173,15 +166,7 @@ class TaskCollectionApi(generics.ListAPIView):
 
     def get_queryset(self) -> QuerySet[Task]:
         # Ordered like the task_created index, which serves the page without a sort.
-        return Task.objects.filter(
-            workspace_id__in=workspace_ids_for(user=self.request.user)
-        ).order_by("-created_at", "id")
-
-    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        queryset = self.filter_queryset(self.get_queryset())
-        page = self.paginate_queryset(queryset.values(*_TASK_ROWS.columns))
-        assert page is not None  # pagination_class is set
-        return self.get_paginated_response(_TASK_ROWS.render(page))
+        return _tasks_visible(self.request)
 
     @extend_schema(
         operation_id="tasks_create",
