@@ -1589,7 +1589,7 @@ class Bench:
         ``untimed`` that pay for the new connection (its prepared statements)."""
         from django.db import transaction
 
-        from runs.engine import lease_acquire, lease_release
+        from runs.lease import lease_acquire, lease_release
         from runs.models import Run
         from runs.services import task_submit
 

@@ -13,8 +13,9 @@ class RunsConfig(AppConfig):
         from jobs.schedules import Schedule, schedule_register
         from jobs.services import dead_letter_listener_register
         from jobs.work import WorkKind, work_kind_register
+        from runs import tasks  # noqa: F401  (registers the tasks runs.dispatch names)
         from runs.dead_letters import dead_letter_announce
-        from runs.engine import AFTER_TERMINAL
+        from runs.ending import AFTER_TERMINAL
         from runs.replay.reproduce import REPLAY_WORK, replay_work
         from runs.services import run_after_terminal
         from runs.waiting import INPUT_NOTIFY, input_notify_send

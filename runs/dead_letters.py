@@ -14,7 +14,7 @@ def dead_letter_announce(letter: DeadLetter) -> None:
 
     Called by ``jobs`` inside the transaction that records the letter.
     """
-    from runs.engine import run_end_unleased
+    from runs.ending import run_end_unleased
 
     run = None
     if letter.task_name == "runs.step" and letter.args:

@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 import jobs.work
 from jobs.models import WorkItem
-from runs.engine import AFTER_TERMINAL, run_end_unleased
+from runs.ending import AFTER_TERMINAL, run_end_unleased
 from runs.models import Run, Task
 from runs.services import run_after_terminal
 from tests.factories import TaskFactory

@@ -7,17 +7,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobs.models import OutboxEvent
-from runs.engine import (
-    LeaseLost,
-    Outcome,
-    StepContext,
-    lease_acquire,
-    lease_acquire_loaded,
-    lease_renew,
-    step_commit,
-    step_execute,
-)
+from runs.engine import step_commit, step_execute
+from runs.lease import LeaseLost, lease_acquire, lease_acquire_loaded, lease_renew
 from runs.models import Run, Task
+from runs.protocol import Outcome, StepContext
 from runs.services import run_cancel_request
 from runs.timeline import event_record
 

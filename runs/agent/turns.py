@@ -23,8 +23,8 @@ from runs.agent.profiles import (
 )
 from runs.agent.tools import tool_call_problem
 from runs.agent.waits import connections_release_for_wait
-from runs.engine import StepContext, StepFailed, TransientStepError
 from runs.models import ModelTurn, Run
+from runs.protocol import StepContext, StepFailed, TransientStepError
 from runs.providers import ModelReply, provider_for_profile
 from runs.providers.base import (
     ContextLengthExceeded,
