@@ -89,7 +89,7 @@ class DurableTask(Task):
         if isinstance(exc, Retry):
             return
         from jobs import metrics
-        from jobs.services import dead_letter_record
+        from jobs.dead_letters import dead_letter_record
 
         delivery = self.request.delivery_info or {}
         metrics.dead_letters.labels(self.name).inc()

@@ -36,12 +36,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from jobs import metrics, redis_round
 from jobs.backoff import backoff_delay
+from jobs.coalescing import coalescing_client as _coalescing_client
 from jobs.db_rows import instance_from_row
 from jobs.locks import sweep_lock
 from jobs.logs import log
@@ -55,6 +57,9 @@ BATCH_SIZE = 500
 # batch spans many partitions; the row limit still caps the batch.
 PARTITIONS_PER_BATCH = 250
 _redis_clients: dict[str, Any] = {}
+# The Celery name of the relay's task (``jobs.tasks.outbox_relay``): sent by name, so the
+# relay sits below the tasks that call it.
+OUTBOX_RELAY = "jobs.outbox_relay"
 
 
 def run_channel(run_id: uuid.UUID | str) -> str:
@@ -80,19 +85,6 @@ RELAY_QUEUE = "relay"
 # One relay task publishes for at most this long, then hands on to a fresh message, so a
 # huge backlog does not hold one worker process for minutes.
 RELAY_DRAIN_SECONDS = 20.0
-
-
-def _coalescing_client() -> Any:
-    """The Redis holding the wake-up keys."""
-    import redis
-
-    url = settings.REDIS_URL
-    key = f"coalesce:{url}"
-    client = _redis_clients.get(key)
-    if client is None:
-        client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
-        _redis_clients[key] = client
-    return client
 
 
 def relay_wake(*, countdown: float | None = None, publish: tuple[str, str] | None = None) -> None:
@@ -130,8 +122,7 @@ def _relay_wake_coalesced(outcome: list[Any] | Exception) -> None:
 
 
 def _relay_send(countdown: float | None) -> None:
-    from jobs.tasks import outbox_relay
-
+    outbox_relay = current_app.tasks[OUTBOX_RELAY]
     try:
         if countdown is None:
             task_send(outbox_relay, (), queue=RELAY_QUEUE)
@@ -160,8 +151,7 @@ def relay_wake_done(*, more: bool = False) -> None:
     never kept waiting (its first wake-up sends a task at once). ``more``: the relay
     stopped at its time budget with rows left, so the next one starts at once.
     """
-    from jobs.tasks import outbox_relay
-
+    outbox_relay = current_app.tasks[OUTBOX_RELAY]
     try:
         client = _coalescing_client()
         if more or client.get(RELAY_PENDING_KEY):

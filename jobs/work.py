@@ -42,7 +42,9 @@ from django.utils import timezone
 
 from jobs import tracing
 from jobs.backoff import backoff_delay
+from jobs.coalescing import coalescing_client as _coalescing_client
 from jobs.db_rows import instance_from_row
+from jobs.dead_letters import dead_letter_record
 from jobs.locks import sweep_lock
 from jobs.logs import log
 from jobs.models import DeadLetter, WorkItem
@@ -328,8 +330,6 @@ def work_wake_new(*queues: str) -> int:
     Like a lost message, a refused send leaves the items pending for the sweep, which
     measures their wait from ``created_at``.
     """
-    from jobs.relay import _coalescing_client
-
     idle = list(queues)
     try:
         client = _coalescing_client()
@@ -347,8 +347,6 @@ def work_wake_new(*queues: str) -> int:
 
 def work_wake_reset() -> None:
     """Forget the drains' wake-up keys (after purging the queues: no drain is queued)."""
-    from jobs.relay import _coalescing_client
-
     with contextlib.suppress(Exception):
         client = _coalescing_client()
         keys = list(client.scan_iter(match="agentplatform:work:*", count=1000))
@@ -427,8 +425,6 @@ def work_drain(*, queue: str, slot: int = 0, seconds: float | None = None) -> Dr
     committed meanwhile) or when its time is up (then a fresh task goes on in this slot
     and, if free, in the next one).
     """
-    from jobs.relay import _coalescing_client
-
     budget = settings.WORK_DRAIN_SECONDS if seconds is None else seconds
     client = _coalescing_client()
     with contextlib.suppress(Exception):
@@ -704,7 +700,6 @@ def _failed(item: WorkItem, spec: WorkKind, exc: Exception) -> str:
 
 def _dead_letter(item: WorkItem, *, exception: str, tb: str) -> None:
     from jobs import metrics
-    from jobs.services import dead_letter_record
 
     metrics.dead_letters.labels(item.kind).inc()
     dead_letter_record(

@@ -10,8 +10,8 @@ class RunsConfig(AppConfig):
             checks,  # noqa: F401  (registers the system checks)
             pgtime,
         )
+        from jobs.dead_letters import dead_letter_listener_register
         from jobs.schedules import Schedule, schedule_register
-        from jobs.services import dead_letter_listener_register
         from jobs.work import WorkKind, work_kind_register
         from runs import tasks  # noqa: F401  (registers the tasks runs.dispatch names)
         from runs.dead_letters import dead_letter_announce

@@ -7,12 +7,14 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
 from jobs import tracing
 from jobs.ids import new_id, short_id
 from runs import priorities
+from runs.repositories import CloneUrlRefused, clone_url_check
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -237,10 +239,6 @@ class Repository(models.Model):
 
     def clean(self) -> None:
         """The admin is staff only: staff rules for the clone URL (runs/repositories)."""
-        from django.core.exceptions import ValidationError
-
-        from runs.repositories import CloneUrlRefused, clone_url_check
-
         try:
             clone_url_check(self.clone_url, staff=True)
         except CloneUrlRefused as exc:
@@ -476,12 +474,6 @@ class Run(models.Model):
     def short_id(self) -> str:
         """The end of the id (its random part), as the console shows a run in a list."""
         return short_id(self.id)
-
-    @property
-    def is_terminal(self) -> bool:
-        from runs.state import TERMINAL
-
-        return self.status in TERMINAL
 
 
 class RunEvent(models.Model):

@@ -21,8 +21,8 @@ from django.utils import timezone
 
 from jobs.consumers import Event, event_consume
 from jobs.contracts import CATALOG
+from jobs.dead_letters import dead_letter_record
 from jobs.models import OutboxEvent, WorkspaceDailyCost
-from jobs.services import dead_letter_record
 from runs import demo, engine
 from runs.engine import run_drive_inline
 from runs.models import Run, Task

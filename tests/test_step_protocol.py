@@ -12,6 +12,7 @@ from runs.lease import LeaseLost, lease_acquire, lease_acquire_loaded, lease_ren
 from runs.models import Run, Task
 from runs.protocol import Outcome, StepContext
 from runs.services import run_cancel_request
+from runs.state import TERMINAL
 from runs.timeline import event_record
 
 pytestmark = pytest.mark.django_db
@@ -87,7 +88,7 @@ def test_each_state_is_passed_through_in_process(run):
     statuses = []
     for _ in range(20):
         run.refresh_from_db()
-        if run.is_terminal:
+        if run.status in TERMINAL:
             break
         statuses.append(step_execute(run_id=str(run.id), step_no=run.step_no))
     assert statuses == [

@@ -13,7 +13,12 @@ from pathlib import Path
 
 from runs.agent import platform_git
 from runs.agent.platform_git import Diff
-from runs.agent.sandbox import LocalSandbox, run_workdirs_remove, sandbox_for_run
+from runs.agent.sandbox import (
+    LocalSandbox,
+    platform_repository_path,
+    run_workdirs_remove,
+    sandbox_for_run,
+)
 from runs.models import Run
 
 __all__ = [
@@ -41,7 +46,7 @@ def platform_repository(run: Run, should_stop: Callable[[], bool] | None = None)
     config, secret = provider.git_credentials(repository)
     return platform_git.repository_fetch(
         url=repository.clone_url,
-        dest=platform_git.platform_repository_path(run.id),
+        dest=platform_repository_path(run.id),
         config=config,
         secret=secret,
         should_stop=should_stop,
