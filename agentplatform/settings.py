@@ -370,7 +370,7 @@ EVENT_CONSUMERS = _env_value(
     "EVENT_CONSUMERS",
     list,
     [
-        "jobs.consumers.cost.COST_AGGREGATION",
+        "runs.cost_aggregation.COST_AGGREGATION",
         "runs.notify.SOURCE_NOTIFICATION",
     ],
 )

@@ -558,9 +558,8 @@ class DeadLetterAdmin(ReadOnlyQueueAdmin):
 @admin.register(EventSubscription)
 class EventSubscriptionAdmin(OperatorAdmin):
     deletable = True
-    list_display = ("url", "workspace", "active", "event_types", "description", "created_at")
-    list_select_related = ("workspace",)
-    list_filter = ("active", "workspace")
+    list_display = ("url", "workspace_id", "active", "event_types", "description", "created_at")
+    list_filter = ("active", "workspace_id")
     search_fields = ("url", "description")
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
@@ -619,14 +618,13 @@ class WorkItemAdmin(ReadOnlyQueueAdmin):
 class WorkspaceDailyCostAdmin(ReadOnlyQueueAdmin):
     list_display = (
         "day",
-        "workspace",
+        "workspace_id",
         "cost_usd",
         "tokens_in",
         "tokens_out",
         "model_turns",
         "last_event_at",
     )
-    list_select_related = ("workspace",)
-    list_filter = ("workspace",)
-    ordering = ("-day", "workspace")
+    list_filter = ("workspace_id",)
+    ordering = ("-day", "workspace_id")
     date_hierarchy = "day"

@@ -31,7 +31,7 @@ def _deliveries() -> set[tuple[int, str]]:
 
 def _sub(workspace, **fields) -> EventSubscription:
     return EventSubscription.objects.create(
-        workspace=workspace, url="http://127.0.0.1:9/hook", secret="s", **fields
+        workspace_id=workspace.pk, url="http://127.0.0.1:9/hook", secret="s", **fields
     )
 
 
