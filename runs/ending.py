@@ -17,7 +17,8 @@ from runs.lease import Lease
 from runs.logs import log
 from runs.models import PullRequest, Run, Task
 from runs.protocol import Outcome, StepContext
-from runs.services import after_terminal_needed_sql, approvals_void
+from runs.services.commands import approvals_void
+from runs.services.followups import after_terminal_needed_sql
 from runs.state import TERMINAL, transition_check
 from runs.timeline import PendingEvent, events_record
 

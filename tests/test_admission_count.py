@@ -14,7 +14,7 @@ from django.db.models import Count, Q
 from django.test.utils import CaptureQueriesContext
 
 from runs.models import RUN_TERMINAL_STATUSES, Run
-from runs.services import (
+from runs.services.admission import (
     _active_runs_count,
     _admission_counts,
     _admission_counts_sql,

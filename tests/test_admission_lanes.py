@@ -14,7 +14,8 @@ from django.db import OperationalError, connection, connections, transaction
 
 from runs import dispatch
 from runs.models import Run, Task
-from runs.services import _admission_counts, _lock_workspace, admission_check, task_submit
+from runs.services import task_submit
+from runs.services.admission import _admission_counts, _lock_workspace, admission_check
 from runs.state import TERMINAL
 from tests.factories import RepositoryFactory, WorkspaceFactory
 

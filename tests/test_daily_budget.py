@@ -16,7 +16,8 @@ from django.test.utils import CaptureQueriesContext
 from runs import demo
 from runs.engine import run_drive_inline
 from runs.models import ModelTurn, Run, WorkspaceSpend
-from runs.services import _admission_counts, admission_check, task_submit
+from runs.services import task_submit
+from runs.services.admission import _admission_counts, admission_check
 from runs.spend import workspace_spend_add, workspace_spend_today
 from tests.factories import RepositoryFactory, TaskFactory, WorkspaceFactory
 from tests.query_plans import query_plan
