@@ -39,6 +39,8 @@ from jobs.models import (
     WorkItem,
     WorkspaceDailyCost,
 )
+from jobs.relay import relay_wake
+from jobs.services import dead_letter_discard, dead_letter_requeue
 
 # --- shared by every console page ------------------------------------------------------------
 
@@ -350,8 +352,6 @@ class OutboxEventAdmin(ReadOnlyQueueAdmin):
 
         Consumers deduplicate by event id (ProcessedEvent), so publishing twice is safe.
         """
-        from jobs.relay import relay_wake
-
         events = list(queryset.only("id", "type", "partition_key"))
         with transaction.atomic():
             changed = OutboxEvent.objects.filter(pk__in=[e.pk for e in events]).update(
@@ -529,8 +529,6 @@ class DeadLetterAdmin(ReadOnlyQueueAdmin):
 
     @admin.action(description="Requeue selected dead letters", permissions=["operate"])
     def requeue(self, request: HttpRequest, queryset: QuerySet) -> None:
-        from jobs.services import dead_letter_requeue
-
         by = request.user.get_username()
 
         def operation(letter: DeadLetter) -> tuple[bool, str]:
@@ -541,8 +539,6 @@ class DeadLetterAdmin(ReadOnlyQueueAdmin):
 
     @admin.action(description="Discard selected dead letters", permissions=["operate"])
     def discard(self, request: HttpRequest, queryset: QuerySet) -> None:
-        from jobs.services import dead_letter_discard
-
         by = request.user.get_username()
 
         def operation(letter: DeadLetter) -> tuple[bool, str]:

@@ -44,11 +44,13 @@ from django.utils import timezone
 from jobs import metrics, redis_round
 from jobs.backoff import backoff_delay
 from jobs.coalescing import coalescing_client as _coalescing_client
+from jobs.consumers import CONSUME_BATCH, consume_key, consumers_for
 from jobs.db_rows import instance_from_row
 from jobs.locks import sweep_lock
 from jobs.logs import log
 from jobs.models import EventSubscription, OutboxEvent
 from jobs.producer import task_producer, task_send
+from jobs.work import work_enqueue_many
 
 # Rows per batch: each batch costs about ten round trips (claim, read, XADD pipeline,
 # work items, mark, commit, wake-ups) whatever its size, so large batches amortise them.
@@ -287,8 +289,6 @@ class Deliveries:
         id order, so in commit order per partition); a batch costs one wake-up and one
         claim instead of one per event. HTTP subscriptions get one item per event.
         """
-        from jobs.consumers import CONSUME_BATCH, consume_key, consumers_for
-
         work: dict[str, list[tuple[str, dict[str, Any], str]]] = {
             "event.consume": [],
             "subscription.deliver": [],
@@ -471,7 +471,6 @@ def _publish(
     # In-app deliveries are rows written in this transaction, with the rows marked
     # published: a wake-up lost with the broker loses no delivery (the work sweep
     # re-sends it), and a rolled-back batch leaves neither.
-    from jobs.work import work_enqueue_many
 
     published: list[OutboxEvent] = []
     failed: dict[str, tuple[OutboxEvent, Exception]] = {}

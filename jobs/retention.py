@@ -33,6 +33,7 @@ from django.db.models import CharField, Exists, Min, Model, OuterRef, Q, Value
 from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
+from jobs import metrics
 from jobs.logs import log
 from jobs.models import DeadLetter, OutboxEvent, ProcessedEvent, WorkItem
 
@@ -158,8 +159,6 @@ def retention_sweep(
 ) -> RetentionReport:
     """Delete what each registered retention lets go, in batches, for up to
     ``max_seconds`` (``RETENTION_SWEEP_SECONDS``)."""
-    from jobs import metrics
-
     max_seconds = settings.RETENTION_SWEEP_SECONDS if max_seconds is None else max_seconds
     batch = settings.RETENTION_BATCH if batch is None else batch
     now = now or timezone.now()

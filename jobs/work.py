@@ -40,7 +40,7 @@ from django.db.models import F, Q
 from django.db.models.sql import InsertQuery
 from django.utils import timezone
 
-from jobs import tracing
+from jobs import metrics, tracing
 from jobs.backoff import backoff_delay
 from jobs.coalescing import coalescing_client as _coalescing_client
 from jobs.db_rows import instance_from_row
@@ -699,8 +699,6 @@ def _failed(item: WorkItem, spec: WorkKind, exc: Exception) -> str:
 
 
 def _dead_letter(item: WorkItem, *, exception: str, tb: str) -> None:
-    from jobs import metrics
-
     metrics.dead_letters.labels(item.kind).inc()
     dead_letter_record(
         task_name=item.kind,

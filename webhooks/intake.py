@@ -27,6 +27,7 @@ from jobs import tracing
 from jobs.db_rows import cursor_prepared
 from jobs.json_input import JSONInputError, json_parse
 from jobs.models import WorkItem
+from jobs.work import work_enqueue, work_enqueue_new, work_kind, work_wake_new_on_commit
 from runs.models import Repository
 from webhooks import metrics
 from webhooks.logs import log
@@ -251,8 +252,6 @@ def receipt_work_enqueue(receipt_id: int, *, reopen: bool = False, new: bool = F
     the work sweep, so an accepted delivery is always processed. ``new``: the receipt
     was inserted in this transaction, so its item cannot exist yet (the intake's path).
     """
-    from jobs.work import work_enqueue, work_enqueue_new
-
     args = {"receipt_id": receipt_id}
     if new:
         work_enqueue_new(kind=WORK_KIND, key=str(receipt_id), args=args)
@@ -347,8 +346,6 @@ def webhook_receipt_record(
     commit and then insert nothing, so exactly one receipt (and one processing message)
     exists per (provider, hook, delivery).
     """
-    from jobs.work import work_kind, work_wake_new_on_commit
-
     action = (
         payload.get("action")
         if provider == GITHUB

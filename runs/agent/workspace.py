@@ -19,7 +19,9 @@ from runs.agent.sandbox import (
     run_workdirs_remove,
     sandbox_for_run,
 )
+from runs.gitproviders import git_provider_for
 from runs.models import Run
+from runs.repositories import CloneUrlRefused, clone_url_check_before_use
 
 __all__ = [
     "Diff",
@@ -34,9 +36,6 @@ __all__ = [
 def platform_repository(run: Run, should_stop: Callable[[], bool] | None = None) -> Path:
     """The run's platform-owned repository on this host, fetched from the origin once
     (stopped by ``should_stop``: cancellation, a lost lease)."""
-    from runs.gitproviders import git_provider_for
-    from runs.repositories import CloneUrlRefused, clone_url_check_before_use
-
     repository = run.task.repository
     try:
         clone_url_check_before_use(repository.clone_url)
