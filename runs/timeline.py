@@ -23,9 +23,9 @@ from django.utils import timezone
 from structlog.contextvars import bind_contextvars, get_contextvars
 
 from agentplatform.metrics import events_observe
+from jobs import relay
 from jobs.ids import new_id
 from jobs.models import OutboxEvent
-from jobs.relay import relay_wake, run_channel
 from jobs.tracing import event_trace_parent, event_traceparent, traceparent_new
 from runs.models import Run, RunEvent, Task
 
@@ -390,12 +390,12 @@ def system_event_record(
 
 def run_announcement(*, run_id: uuid.UUID | str, sequence: int) -> tuple[str, str]:
     """The channel and message that announce a run's events up to ``sequence``."""
-    return run_channel(run_id), json.dumps({"run_id": str(run_id), "sequence": sequence})
+    return relay.run_channel(run_id), json.dumps({"run_id": str(run_id), "sequence": sequence})
 
 
 def _wake_relay_announce(run_id: uuid.UUID, sequence: int) -> None:
-    relay_wake(publish=run_announcement(run_id=run_id, sequence=sequence))
+    relay.relay_wake(publish=run_announcement(run_id=run_id, sequence=sequence))
 
 
 def _wake_relay() -> None:
-    relay_wake()
+    relay.relay_wake()
