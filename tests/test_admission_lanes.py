@@ -198,7 +198,7 @@ def test_a_one_statement_submission_takes_the_free_lane_and_counts_in_its_stripe
     elsewhere it takes that one without waiting, and its run is counted in that lane's
     stripe (the lane is recorded before the run's row is written)."""
     from runs.models import ActiveRunCount
-    from runs.services import _LANE_KEY
+    from runs.services.admission import _LANE_KEY
 
     settings.ADMISSION_LANES = 8
     workspace = WorkspaceFactory(max_active_runs=100)
