@@ -153,7 +153,7 @@ def _task_counted(task_id: str = "", task: Any = None, state: str = "", **kwargs
     metrics.celery_task_seconds.labels(name).observe(time.monotonic() - started)
 
 
-# Tasks whose first statement replaces a dead connection itself (runs.engine's lease).
+# Tasks whose first statement replaces a dead connection itself (runs.lease).
 _CHECKS_OWN_CONNECTION = frozenset({"runs.step"})
 
 
@@ -200,9 +200,9 @@ def _worker_queues_settle(sender: Any = None, instance: Any = None, **kwargs: An
 
     Then the result is recorded for the pool processes: a step slice goes on with a
     run's next step when this worker consumes that step's queue
-    (``runs.dispatch.served_here``).
+    (``runs.dispatch.served_here`` reads ``jobs.workers.queues_served``).
     """
-    from runs.dispatch import queues_served_set
+    from jobs.workers import queues_served_set
 
     queues = (instance.app if instance is not None else app).amqp.queues
     names = {q.name for q in queues.consume_from.values()}

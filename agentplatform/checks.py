@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
+from agentplatform.api.throttling import rate_item
 from runs.agent.backends import backend_get
 
 
@@ -103,8 +104,6 @@ def static_files_collected_check(app_configs: Any, **kwargs: Any) -> list[Warnin
 @register(Tags.security)
 def throttle_rates_check(app_configs: Any, **kwargs: Any) -> list[Error]:
     """A rate the throttles cannot read would fail every API request it applies to."""
-    from agentplatform.api.throttling import rate_item
-
     errors: list[Error] = []
     for name in ("API_THROTTLE_USER_RATE", "API_THROTTLE_TOKEN_RATE", "API_THROTTLE_ANON_RATE"):
         rate = getattr(settings, name, "")

@@ -26,6 +26,7 @@ from django.utils import timezone
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from agentplatform.celery import app
 from jobs.models import DeadLetter, OutboxEvent
 from jobs.relay import outbox_lag_seconds
 from runs import fairness
@@ -97,8 +98,6 @@ def _redis_queue_depths(url: str, queues: list[str]) -> dict[str, int | None]:
 
 
 def _amqp_queue_depths(queues: list[str]) -> dict[str, int | None]:
-    from agentplatform.celery import app
-
     depths: dict[str, int | None] = dict.fromkeys(queues)
     try:
         with app.connection_for_read() as conn:

@@ -7,6 +7,9 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, JsonResponse
 
+from agentplatform.celery import app
+from jobs.workers import queues_without_live_worker
+
 
 def healthz(request: HttpRequest) -> JsonResponse:
     """The process is alive and serving."""
@@ -24,8 +27,6 @@ def readyz(request: HttpRequest) -> JsonResponse:
     except Exception as exc:
         checks["database"] = f"error: {type(exc).__name__}"
     try:
-        from agentplatform.celery import app
-
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
         checks["broker"] = "ok"
@@ -33,8 +34,6 @@ def readyz(request: HttpRequest) -> JsonResponse:
         checks["broker"] = f"error: {type(exc).__name__}"
     if settings.READYZ_REQUIRE_WORKERS:
         try:
-            from jobs.workers import queues_without_live_worker
-
             missing = queues_without_live_worker(
                 queues=[queue.name for queue in settings.CELERY_TASK_QUEUES]
             )

@@ -25,6 +25,7 @@ from prometheus_client.metrics import Counter, Histogram
 
 from jobs.logs import log
 from jobs.metrics import multiprocess_dir, multiprocess_dir_reset
+from runs.agent.profiles import profile_name_for
 
 __all__ = ["events_observe", "multiprocess_dir", "multiprocess_dir_reset", "step_timed"]
 
@@ -125,7 +126,6 @@ def _profile_of(task: Any, run: Any) -> str:
     """The model profile the run uses (task, then repository, then workspace, then default)."""
     if getattr(run, "model_profile", ""):
         return str(run.model_profile)
-    from runs.agent.profiles import profile_name_for
 
     return str(profile_name_for(task))
 

@@ -23,9 +23,12 @@ from prometheus_client.registry import Collector
 
 from agentplatform import metrics
 from agentplatform.celery import app as celery_app
+from agentplatform.dashboard import queue_depths
 from jobs.logs import log
+from jobs.models import DeadLetter, OutboxEvent
 from runs.agent.tools import TOOL_NAMES
-from runs.models import Repository, Task, Workspace
+from runs.models import Repository, Run, Task, Workspace
+from runs.state import ACTIVE
 from webhooks import metrics as webhook_metrics
 
 _PROXY_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
@@ -56,8 +59,6 @@ class PlatformStateCollector(Collector):
                 log.warning("metrics.collect_failed", source=source.__name__, exc_info=True)
 
     def _outbox(self) -> Iterator[Metric]:
-        from jobs.models import OutboxEvent
-
         pending = OutboxEvent.objects.filter(published_at__isnull=True)
         oldest = pending.order_by("id").values_list("created_at", flat=True).first()
         yield GaugeMetricFamily(
@@ -70,8 +71,6 @@ class PlatformStateCollector(Collector):
         )
 
     def _queues(self) -> Iterator[Metric]:
-        from agentplatform.dashboard import queue_depths
-
         family = GaugeMetricFamily(
             "agent_queue_depth", "Messages waiting in each broker queue.", labels=["queue"]
         )
@@ -81,8 +80,6 @@ class PlatformStateCollector(Collector):
         yield family
 
     def _dead_letters(self) -> Iterator[Metric]:
-        from jobs.models import DeadLetter
-
         yield GaugeMetricFamily(
             "agent_dead_letters_open",
             "Dead letters nobody has requeued or resolved yet.",
@@ -90,9 +87,6 @@ class PlatformStateCollector(Collector):
         )
 
     def _leases(self) -> Iterator[Metric]:
-        from runs.models import Run
-        from runs.state import ACTIVE
-
         oldest = (
             Run.objects.filter(status__in=ACTIVE, lease_until__isnull=False)
             .order_by("heartbeat_at")
@@ -106,9 +100,6 @@ class PlatformStateCollector(Collector):
         )
 
     def _active_runs(self) -> Iterator[Metric]:
-        from runs.models import Run
-        from runs.state import ACTIVE
-
         counts = dict(
             Run.objects.filter(status__in=ACTIVE)
             .order_by()

@@ -21,7 +21,7 @@ def workers_context(*, now: Any = None) -> list[dict[str, Any]]:
     hosts = {row["worker"].hostname for row in rows if row["alive"]}
     leased: dict[str, list[Run]] = {}
     if hosts:
-        # A lease owner is "<hostname>:<pid>:<nonce>" (runs.engine.worker_identity).
+        # A lease owner is "<hostname>:<pid>:<nonce>" (runs.lease.worker_identity).
         for run in (
             Run.objects.filter(status__in=ACTIVE, lease_until__gte=now)
             .exclude(lease_owner="")

@@ -30,8 +30,10 @@ from django.db import transaction  # noqa: E402
 from django.db.models import F  # noqa: E402
 
 from runs import dispatch  # noqa: E402
-from runs.engine import Outcome, StepContext, lease_acquire, step_commit  # noqa: E402
+from runs.engine import step_commit  # noqa: E402
+from runs.lease import lease_acquire  # noqa: E402
 from runs.models import Repository, Run, Task, Workspace  # noqa: E402
+from runs.protocol import Outcome, StepContext  # noqa: E402
 
 N = int(os.environ.get("BENCH_RUNS", "500"))
 

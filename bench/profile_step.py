@@ -57,7 +57,7 @@ def main() -> None:
     slice_seconds = settings.RUN_STEP_SLICE_SECONDS if args.slice is None else args.slice
 
     handlers = noop_handlers()
-    engine._handlers = lambda: handlers  # type: ignore[assignment]
+    engine.HANDLERS = handlers  # type: ignore[assignment]
     dispatch.run_wake = lambda **kwargs: None  # type: ignore[assignment]
     workspace = Workspace.objects.create(slug="p", name="p", max_active_runs=10**6)
     repository = Repository.objects.create(

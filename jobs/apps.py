@@ -9,6 +9,7 @@ class JobsConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
+        from jobs import tasks  # noqa: F401  (registers the tasks jobs.relay names)
         from jobs.consumers import PermanentConsumerError, event_batch_split, event_consume
         from jobs.schedules import Schedule, schedule_register, schedules_after_migrate
         from jobs.services import requeued_task_send

@@ -8,7 +8,9 @@ from typing import Any
 from celery import Task
 from celery.exceptions import Retry
 
+from jobs import metrics
 from jobs.backoff import backoff_delay
+from jobs.dead_letters import dead_letter_record
 from jobs.logs import log
 
 # A job that met an outage retries this many times (about 10 minutes with backoff)
@@ -88,8 +90,6 @@ class DurableTask(Task):
     def on_failure(self, exc: Exception, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         if isinstance(exc, Retry):
             return
-        from jobs import metrics
-        from jobs.services import dead_letter_record
 
         delivery = self.request.delivery_info or {}
         metrics.dead_letters.labels(self.name).inc()

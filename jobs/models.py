@@ -114,9 +114,9 @@ class EventSubscription(models.Model):
     HMAC-SHA256 of the raw body with ``secret``), so receivers can reuse their code.
     """
 
-    workspace = models.ForeignKey(
-        "runs.Workspace", on_delete=models.CASCADE, related_name="event_subscriptions"
-    )
+    # The workspace whose events it receives: a plain key, jobs owns no foreign key into
+    # the domain (docs/design.md §2).
+    workspace_id = models.BigIntegerField(db_index=True)
     url = models.URLField(max_length=1000)
     secret = models.CharField(max_length=200)
     # Exact types or prefixes ending in "*" ("agent.run.*"); empty means every event.
@@ -128,7 +128,7 @@ class EventSubscription(models.Model):
     class Meta:
         indexes = [
             models.Index(
-                fields=["workspace"], condition=Q(active=True), name="subscription_active"
+                fields=["workspace_id"], condition=Q(active=True), name="subscription_active"
             ),
         ]
 
@@ -150,9 +150,8 @@ class EventSubscription(models.Model):
 class WorkspaceDailyCost(models.Model):
     """Model spend per workspace and UTC day, summed from agent.model.turn.completed."""
 
-    workspace = models.ForeignKey(
-        "runs.Workspace", on_delete=models.CASCADE, related_name="daily_costs", db_index=False
-    )
+    # A plain key (docs/design.md §2); the unique constraint below is its index.
+    workspace_id = models.BigIntegerField()
     day = models.DateField()
     cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=0)
     tokens_in = models.PositiveBigIntegerField(default=0)
@@ -164,7 +163,7 @@ class WorkspaceDailyCost(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["workspace", "day"], name="daily_cost_unique"),
+            models.UniqueConstraint(fields=["workspace_id", "day"], name="daily_cost_unique"),
         ]
 
     def __str__(self) -> str:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
@@ -42,8 +43,11 @@ from django.utils import timezone
 
 from jobs import metrics, outbox_statistics, redis_round, sql
 from jobs.backoff import backoff_delay
+from jobs.coalescing import coalescing_client as _coalescing_client
+from jobs.consumers import CONSUME_BATCH, consume_key, consumers_for
 from jobs.logs import log
 from jobs.models import EventSubscription, OutboxEvent
+from jobs.work import work_enqueue_many
 
 # Rows per batch: each batch costs about ten round trips (claim, read, XADD pipeline,
 # work items, mark, commit, wake-ups) whatever its size, so large batches amortise them.
@@ -74,22 +78,10 @@ RELAY_SCHEDULED_TTL_MS = 10_000
 # stand in front of it. Every worker that consumes "events" consumes it too
 # (agentplatform.celery), and the beat sweep still goes through "events".
 RELAY_QUEUE = "relay"
+OUTBOX_RELAY = "jobs.outbox_relay"  # the task (jobs.tasks), sent by name
 # One relay task publishes for at most this long, then hands on to a fresh message, so a
 # huge backlog does not hold one worker process for minutes.
 RELAY_DRAIN_SECONDS = 20.0
-
-
-def _coalescing_client() -> Any:
-    """The Redis holding the wake-up keys."""
-    import redis
-
-    url = settings.REDIS_URL
-    key = f"coalesce:{url}"
-    client = _redis_clients.get(key)
-    if client is None:
-        client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
-        _redis_clients[key] = client
-    return client
 
 
 def relay_wake(*, countdown: float | None = None, publish: tuple[str, str] | None = None) -> None:
@@ -127,8 +119,7 @@ def _relay_wake_coalesced(outcome: list[Any] | Exception) -> None:
 
 
 def _relay_send(countdown: float | None) -> None:
-    from jobs.tasks import outbox_relay
-
+    outbox_relay = current_app.tasks[OUTBOX_RELAY]
     try:
         # celery-stubs type countdown as float, but celery's own default is None.
         outbox_relay.apply_async(queue=RELAY_QUEUE, countdown=countdown)  # type: ignore[arg-type]
@@ -150,8 +141,7 @@ def relay_wake_done(*, more: bool = False) -> None:
     never kept waiting (its first wake-up sends a task at once). ``more``: the relay
     stopped at its time budget with rows left, so the next one starts at once.
     """
-    from jobs.tasks import outbox_relay
-
+    outbox_relay = current_app.tasks[OUTBOX_RELAY]
     try:
         client = _coalescing_client()
         if more or client.get(RELAY_PENDING_KEY):
@@ -274,8 +264,6 @@ class Deliveries:
         id order, so in commit order per partition); a batch costs one wake-up and one
         claim instead of one per event. HTTP subscriptions get one item per event.
         """
-        from jobs.consumers import CONSUME_BATCH, consume_key, consumers_for
-
         work: dict[str, list[tuple[str, dict[str, Any], str]]] = {
             "event.consume": [],
             "subscription.deliver": [],
@@ -411,8 +399,6 @@ def _publish(
     # In-app deliveries are rows written in this transaction, with the rows marked
     # published: a wake-up lost with the broker loses no delivery (the work sweep
     # re-sends it), and a rolled-back batch leaves neither.
-    from jobs.work import work_enqueue_many
-
     published: list[OutboxEvent] = []
     failed: dict[str, tuple[OutboxEvent, Exception]] = {}
     for row, stream_error in zip(rows, stream_results, strict=True):

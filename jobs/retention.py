@@ -6,10 +6,11 @@ and nothing reads them after a while:
 
 - published outbox rows, the consumers' receipts (``ProcessedEvent``) and finished work
   items, after ``OUTBOX_RETENTION_DAYS``. Pending rows are never deleted, nor the
-  ``agent.task.deferred`` events, from which a deferred submission's replay rebuilds its
-  answer. Work that may still read events (a consumer's or a subscription's delivery
-  that is pending, or dead with its letter open) holds the cutoff back to the time it
-  was created, so a retry or a requeue finds its events and their receipts.
+  events of the types a domain app keeps (``outbox_types_keep``: ``runs`` keeps a
+  deferred submission's deferral, from which its replay rebuilds the answer). Work
+  that may still read events (a consumer's or a subscription's delivery that is
+  pending, or dead with its letter open) holds the cutoff back to the time it was
+  created, so a retry or a requeue finds its events and their receipts.
 - processed or ignored webhook receipts, after ``WEBHOOK_RECEIPT_RETENTION_DAYS``
   (registered by ``webhooks``). GitHub and GitLab redeliver for days, not weeks.
 
@@ -32,6 +33,7 @@ from django.db.models import CharField, Exists, Min, Model, OuterRef, Q, Value
 from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
+from jobs import metrics
 from jobs.logs import log
 from jobs.models import DeadLetter, OutboxEvent, ProcessedEvent, WorkItem
 
@@ -63,6 +65,20 @@ def retention_register(retention: Retention) -> None:
 
 def retentions_registered() -> list[Retention]:
     return list(_registered.values())
+
+
+# Event types whose published outbox rows are kept for good (``outbox_types_keep``).
+_outbox_kept: set[str] = set()
+
+
+def outbox_types_keep(*types: str) -> None:
+    """Keep the published outbox rows of ``types`` for good: a domain app that reads
+    them back registers them (from its ``AppConfig.ready``)."""
+    _outbox_kept.update(types)
+
+
+def _outbox_expired(cutoff: datetime) -> Q:
+    return Q(published_at__lt=cutoff) & ~Q(type__in=sorted(_outbox_kept))
 
 
 def days_before(now: datetime, days: float) -> datetime | None:
@@ -109,7 +125,7 @@ retention_register(
         name="outbox",
         model=OutboxEvent,
         cutoff=events_cutoff,
-        expired=lambda cutoff: Q(published_at__lt=cutoff) & ~Q(type="agent.task.deferred"),
+        expired=_outbox_expired,
     )
 )
 retention_register(
@@ -143,8 +159,6 @@ def retention_sweep(
 ) -> RetentionReport:
     """Delete what each registered retention lets go, in batches, for up to
     ``max_seconds`` (``RETENTION_SWEEP_SECONDS``)."""
-    from jobs import metrics
-
     max_seconds = settings.RETENTION_SWEEP_SECONDS if max_seconds is None else max_seconds
     batch = settings.RETENTION_BATCH if batch is None else batch
     now = now or timezone.now()

@@ -6,7 +6,10 @@ Each task loads by id and calls a service; only the retry policy lives here.
 from __future__ import annotations
 
 from celery import shared_task
+from django.utils import timezone
 
+from jobs import relay, retention, work_execution
+from jobs import work as work_items
 from jobs.durable import DurableTask
 
 
@@ -17,26 +20,16 @@ def outbox_relay() -> int:
     """Drain the outbox up to the rows committed when it caught up; if commits came
     meanwhile, look again after the coalescing window (``relay_wake_done``); if a
     partition is backing off, wake again when it is due."""
-    from django.utils import timezone
-
-    from jobs.relay import (
-        RELAY_DRAIN_SECONDS,
-        outbox_drain,
-        relay_wake,
-        relay_wake_done,
-        relay_wake_taken,
-    )
-
-    relay_wake_taken()
+    relay.relay_wake_taken()
     more = False
     try:
-        report = outbox_drain(max_seconds=RELAY_DRAIN_SECONDS, caught_up=True)
+        report = relay.outbox_drain(max_seconds=relay.RELAY_DRAIN_SECONDS, caught_up=True)
         more = report.more
     finally:
-        relay_wake_done(more=more)
+        relay.relay_wake_done(more=more)
     if report.retry_at is not None:
         delay = max(0.0, (report.retry_at - timezone.now()).total_seconds())
-        relay_wake(countdown=delay + 0.05)
+        relay.relay_wake(countdown=delay + 0.05)
     return report.published
 
 
@@ -47,9 +40,7 @@ def work(item_id: int) -> str:
     A worker that dies mid-item leaves its lease to expire; the sweep wakes the item
     again and counts the death (poison detection), so the message is not requeued.
     """
-    from jobs.work_execution import work_execute
-
-    return work_execute(item_id=item_id)
+    return work_execution.work_execute(item_id=item_id)
 
 
 @shared_task(
@@ -61,18 +52,14 @@ def work_drain(queue: str, slot: int = 0) -> int:
     Only a wake-up, like ``jobs.work``: a drain that dies leaves its claimed item's lease
     to expire and the others pending, and its slot frees itself.
     """
-    from jobs.work_execution import work_drain as drain
-
-    return drain(queue=queue, slot=slot).done
+    return work_execution.work_drain(queue=queue, slot=slot).done
 
 
 @shared_task(
     name="jobs.work_sweep", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
 )
 def work_sweep() -> int:
-    from jobs.work import work_sweep as sweep
-
-    return sweep().woken
+    return work_items.work_sweep().woken
 
 
 @shared_task(
@@ -81,6 +68,4 @@ def work_sweep() -> int:
 def retention_sweep() -> int:
     """Delete delivery history past its retention; the next tick goes on where it ran out
     of time."""
-    from jobs.retention import retention_sweep as sweep
-
-    return sum(sweep().deleted.values())
+    return sum(retention.retention_sweep().deleted.values())

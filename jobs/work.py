@@ -36,6 +36,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from jobs import sql, tracing
+from jobs.coalescing import coalescing_client as _coalescing_client
 from jobs.locks import sweep_lock
 from jobs.logs import log
 from jobs.models import DeadLetter, WorkItem
@@ -300,8 +301,6 @@ def work_wake_new(*queues: str) -> int:
     Like a lost message, a refused send leaves the items pending for the sweep, which
     measures their wait from ``created_at``.
     """
-    from jobs.relay import _coalescing_client
-
     idle = list(queues)
     try:
         client = _coalescing_client()
@@ -319,8 +318,6 @@ def work_wake_new(*queues: str) -> int:
 
 def work_wake_reset() -> None:
     """Forget the drains' wake-up keys (after purging the queues: no drain is queued)."""
-    from jobs.relay import _coalescing_client
-
     with contextlib.suppress(Exception):
         client = _coalescing_client()
         keys = list(client.scan_iter(match="agentplatform:work:*", count=1000))

@@ -25,8 +25,10 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from jobs import sql, tracing
+from jobs import metrics, sql, tracing
 from jobs.backoff import backoff_delay
+from jobs.coalescing import coalescing_client as _coalescing_client
+from jobs.dead_letters import dead_letter_record
 from jobs.logs import log
 from jobs.models import WorkItem
 from jobs.work import (
@@ -72,8 +74,6 @@ def work_drain(*, queue: str, slot: int = 0, seconds: float | None = None) -> Dr
     committed meanwhile) or when its time is up (then a fresh task goes on in this slot
     and, if free, in the next one).
     """
-    from jobs.relay import _coalescing_client
-
     budget = settings.WORK_DRAIN_SECONDS if seconds is None else seconds
     client = _coalescing_client()
     with contextlib.suppress(Exception):
@@ -244,9 +244,6 @@ def _failed(item: WorkItem, spec: WorkKind, exc: Exception) -> str:
 
 
 def _dead_letter(item: WorkItem, *, exception: str, tb: str) -> None:
-    from jobs import metrics
-    from jobs.services import dead_letter_record
-
     metrics.dead_letters.labels(item.kind).inc()
     dead_letter_record(
         task_name=item.kind,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,20 @@ from django.utils import timezone
 
 from jobs.logs import log
 from jobs.models import WorkerHeartbeat
+
+# The queues this process's worker consumes (set when a worker starts); empty elsewhere.
+_queues_served: frozenset[str] = frozenset()
+
+
+def queues_served_set(names: Iterable[str]) -> None:
+    """Record the queues this process's worker consumes (``agentplatform.celery``)."""
+    global _queues_served
+    _queues_served = frozenset(names)
+
+
+def queues_served() -> frozenset[str]:
+    """The queues this process's worker consumes; empty outside a worker."""
+    return _queues_served
 
 
 def worker_heartbeat_record(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from jobs.models import DeadLetter
+from runs.ending import run_end_unleased
 from runs.models import Run
 from runs.timeline import PendingEvent, events_record, system_event_record
 
@@ -14,8 +15,6 @@ def dead_letter_announce(letter: DeadLetter) -> None:
 
     Called by ``jobs`` inside the transaction that records the letter.
     """
-    from runs.engine import run_end_unleased
-
     run = None
     if letter.task_name == "runs.step" and letter.args:
         run = Run.objects.select_related("task").filter(pk=letter.args[0]).first()

@@ -1,31 +1,31 @@
-"""Wake-up messages for runs. They carry ids and a step number, never state."""
+"""Wake-up messages for runs. They carry ids and a step number, never state.
+
+This module only publishes: it names the step task (``RUN_STEP``, defined in
+``runs.tasks``, which ``RunsConfig.ready`` registers) and never imports the tasks, which
+sit above everything they call (docs/design.md §2).
+"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
 
+from celery import current_app
 from django.db import transaction
 
+from jobs.workers import queues_served
 from runs import fairness
 from runs.logs import log
 from runs.models import Run
 
-QUEUE_FOR_STATUS: dict[str, str] = {Run.Status.VERIFYING: "verify"}
+# The Celery name of the task that takes a run's step (``runs.tasks.run_step``).
+RUN_STEP = "runs.step"
 
-# The queues this process's worker consumes (set when a worker starts); empty elsewhere.
-_queues_served: frozenset[str] = frozenset()
+QUEUE_FOR_STATUS: dict[str, str] = {Run.Status.VERIFYING: "verify"}
 
 
 def queue_for(status: str) -> str:
     """The queue whose workers take a step of a run in ``status``."""
     return QUEUE_FOR_STATUS.get(status, "agent")
-
-
-def queues_served_set(names: Iterable[str]) -> None:
-    """Record the queues this process's worker consumes (``agentplatform.celery``)."""
-    global _queues_served
-    _queues_served = frozenset(names)
 
 
 def served_here(*, status: str, source: str) -> bool:
@@ -34,18 +34,18 @@ def served_here(*, status: str, source: str) -> bool:
     worker deployed for both agent and verify steps sends itself no wake-up between
     them)."""
     queue = queue_for(status)
-    return queue == queue_for(source) or queue in _queues_served
+    return queue == queue_for(source) or queue in queues_served()
 
 
 def run_wake(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:
     """Send the message that makes a worker take step ``step_no`` of the run, at the
     broker priority of its task's effective priority and its workspace's share now."""
-    from runs.tasks import run_step
-
     priority = fairness.step_priority(run_id)
     # kombu's Redis transport keeps one list per priority step and serves the lower
     # first (CELERY_BROKER_TRANSPORT_OPTIONS["priority_steps"], docs/design.md Decisions).
-    run_step.apply_async(args=(str(run_id), step_no), queue=queue_for(status), priority=priority)
+    current_app.tasks[RUN_STEP].apply_async(
+        args=(str(run_id), step_no), queue=queue_for(status), priority=priority
+    )
 
 
 def run_wake_on_commit(*, run_id: uuid.UUID | str, step_no: int, status: str = "") -> None:

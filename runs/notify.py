@@ -29,6 +29,7 @@ from jobs.logs import log
 from jobs.models import Notification
 from jobs.work import WorkDeferred
 from runs.gitproviders.credentials import OriginScopedAuth
+from runs.models import PullRequest, Task
 
 CHANNEL_GITHUB_COMMENT = "github_comment"
 MARKER = "<!-- agentplatform:notification:{event_id} -->"
@@ -140,8 +141,6 @@ def _find_marked(
 
 
 def source_notify(event: Event) -> Completion:
-    from runs.models import PullRequest, Task
-
     # Only the task's source matters here (most tasks have none to comment on): its one
     # column, not the whole row with its JSON fields decoded.
     task_id = event.task_id

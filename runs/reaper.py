@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from jobs.locks import sweep_lock
 from runs import dispatch
-from runs.engine import run_end_unleased
+from runs.ending import run_end_unleased
 from runs.logs import log
 from runs.models import ModelTurn, Run, RunEvent
 from runs.services import run_recover_stalled

@@ -9,11 +9,17 @@ from django.db import InterfaceError, OperationalError
 
 from jobs.backoff import backoff_delay
 from jobs.durable import DurableTask
-from runs import engine
+from runs import engine, reaper, services, waiting
+from runs.agent.sandbox import sandbox_orphans_sweep
+from runs.dispatch import RUN_STEP
+from runs.lease import worker_identity
+from runs.models import Run
+from runs.protocol import StepFailed
+from runs.state import ACTIVE
 
 
 @shared_task(
-    name="runs.step",
+    name=RUN_STEP,
     base=DurableTask,
     bind=True,
     # A step's outcome lives in the run row; storing a result would cost a write per
@@ -35,7 +41,7 @@ def run_step(self: DurableTask, run_id: str, step_no: int, owner: str | None = N
     with exponential backoff (2 s doubling, capped at 120 s, jittered), up to
     ``max_retries`` times.
     """
-    owner = owner or engine.worker_identity()
+    owner = owner or worker_identity()
     at = engine.StepSlice(seconds=settings.RUN_STEP_SLICE_SECONDS)
     try:
         return engine.step_execute(
@@ -49,7 +55,7 @@ def run_step(self: DurableTask, run_id: str, step_no: int, owner: str | None = N
             countdown=backoff_delay(attempt=min(self.request.retries + 1, 6), base=0.5, cap=30.0),
             max_retries=settings.RUN_STEP_DATABASE_RETRIES,
         ) from exc
-    except engine.StepFailed:
+    except StepFailed:
         raise
     except Exception as exc:
         raise self.retry(
@@ -65,9 +71,7 @@ def run_step(self: DurableTask, run_id: str, step_no: int, owner: str | None = N
     name="runs.zombies_reap", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
 )
 def zombies_reap() -> dict[str, int]:
-    from runs.reaper import zombies_reap as reap
-
-    report = reap()
+    report = reaper.zombies_reap()
     return {
         "recovered": report.recovered,
         "failed": report.failed,
@@ -79,38 +83,28 @@ def zombies_reap() -> dict[str, int]:
     name="runs.approvals_expire", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
 )
 def approvals_expire() -> int:
-    from runs.services import approvals_expire as expire
-
     # Safe to run twice at once: each approval is expired under its row lock.
-    return expire()
+    return services.approvals_expire()
 
 
 @shared_task(
     name="runs.inputs_expire", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
 )
 def inputs_expire() -> int:
-    from runs.waiting import inputs_expire as expire
-
     # Safe to run twice at once: each question is expired under its run's row lock.
-    return expire()
+    return waiting.inputs_expire()
 
 
 @shared_task(
     name="runs.tasks_readmit", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
 )
 def tasks_readmit() -> int:
-    from runs.services import tasks_readmit as readmit
-
-    return readmit()
+    return services.tasks_readmit()
 
 
 @shared_task(
     name="runs.sandboxes_sweep", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
 )
 def sandboxes_sweep() -> int:
-    from runs.agent.sandbox import sandbox_orphans_sweep
-    from runs.models import Run
-    from runs.state import ACTIVE
-
     active = {str(pk) for pk in Run.objects.filter(status__in=ACTIVE).values_list("pk", flat=True)}
     return len(sandbox_orphans_sweep(active_run_ids=active))

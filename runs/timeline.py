@@ -7,6 +7,7 @@ the other, and neither exists without the state change that caused it.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from django.utils import timezone
 from structlog.contextvars import bind_contextvars, get_contextvars
 
 from agentplatform.metrics import events_observe
+from jobs import relay
 from jobs.ids import new_id
 from jobs.models import OutboxEvent
 from jobs.tracing import event_trace_parent, event_traceparent, traceparent_new
@@ -298,15 +300,14 @@ def system_event_record(
     return row
 
 
-def _wake_relay_announce(run_id: uuid.UUID, sequence: int) -> None:
-    from agentplatform.api.notify import run_announcement
-    from jobs.relay import relay_wake
+def run_announcement(*, run_id: uuid.UUID | str, sequence: int) -> tuple[str, str]:
+    """The channel and message that announce a run's events up to ``sequence``."""
+    return relay.run_channel(run_id), json.dumps({"run_id": str(run_id), "sequence": sequence})
 
-    relay_wake(publish=run_announcement(run_id=run_id, sequence=sequence))
+
+def _wake_relay_announce(run_id: uuid.UUID, sequence: int) -> None:
+    relay.relay_wake(publish=run_announcement(run_id=run_id, sequence=sequence))
 
 
 def _wake_relay() -> None:
-    # Imported late: the relay is a consumer of this module, not a dependency of it.
-    from jobs.relay import relay_wake
-
-    relay_wake()
+    relay.relay_wake()

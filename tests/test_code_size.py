@@ -10,10 +10,7 @@ from pathlib import Path
 # Files being split elsewhere right now, exempt until they are; the list only shrinks.
 ALLOWED_TO_EXCEED = frozenset(
     {
-        "runs/services.py",
-        "runs/engine.py",
         "runs/agent/turns.py",
-        "webhooks/processing.py",
     }
 )
 MAX_FILE_LINES = 520

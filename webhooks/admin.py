@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from jobs.admin.console import ReadOnlyQueueAdmin, pretty_json, status_badge
 from webhooks.models import CiResult, WebhookAction, WebhookReceipt
+from webhooks.services import webhook_receipt_reprocess
 
 # Headers that could carry credentials are masked even in the operator's view.
 SENSITIVE_HEADERS = (
@@ -21,15 +20,6 @@ SENSITIVE_HEADERS = (
     "x-hub-signature",
     "x-hub-signature-256",
 )
-
-
-def reprocess_service() -> Callable[..., Any] | None:
-    """``webhooks.services.webhook_receipt_reprocess`` if this build has it."""
-    try:
-        module = importlib.import_module("webhooks.services")
-    except ImportError:
-        return None
-    return getattr(module, "webhook_receipt_reprocess", None)
 
 
 def headers_masked(headers: dict[str, Any]) -> dict[str, Any]:
@@ -98,19 +88,10 @@ class WebhookReceiptAdmin(ReadOnlyQueueAdmin):
 
     @admin.action(description="Reprocess selected deliveries", permissions=["operate"])
     def reprocess(self, request: HttpRequest, queryset: QuerySet) -> None:
-        service = reprocess_service()
-        if service is None:
-            self.message_user(
-                request,
-                "Reprocessing is not available in this build "
-                "(webhooks.services.webhook_receipt_reprocess is missing).",
-                messages.ERROR,
-            )
-            return
         by = request.user.get_username()
 
         def operation(receipt: WebhookReceipt) -> tuple[bool, str]:
-            result = service(receipt=receipt, by=by)
+            result = webhook_receipt_reprocess(receipt=receipt, by=by)
             # The service may answer with a flag or with the receipt it re-queued.
             done = bool(result) if isinstance(result, bool) or result is None else True
             return done, "" if done else f"not reprocessable ({receipt.status})"

@@ -23,6 +23,7 @@ from django.db import IntegrityError, transaction
 
 from jobs import tracing
 from jobs.json_input import JSONInputError, json_parse
+from jobs.work import work_enqueue, work_enqueue_new
 from runs.models import Repository
 from webhooks import metrics
 from webhooks.logs import log
@@ -245,8 +246,6 @@ def receipt_work_enqueue(receipt_id: int, *, reopen: bool = False, new: bool = F
     the work sweep, so an accepted delivery is always processed. ``new``: the receipt
     was inserted in this transaction, so its item cannot exist yet (the intake's path).
     """
-    from jobs.work import work_enqueue, work_enqueue_new
-
     args = {"receipt_id": receipt_id}
     if new:
         work_enqueue_new(kind=WORK_KIND, key=str(receipt_id), args=args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from jobs.models import WorkItem
 from webhooks.intake import WORK_KIND, receipt_work_enqueue
 from webhooks.logs import log
 from webhooks.models import WebhookReceipt
@@ -16,8 +17,6 @@ def webhook_receipt_reprocess(*, receipt: WebhookReceipt, by: str = "") -> bool:
     guarded by a semantic key or an idempotency key, so a replay only acts where the
     first attempt did not (a failure, or a repository mapped since).
     """
-    from jobs.models import WorkItem
-
     with transaction.atomic():
         locked = WebhookReceipt.objects.select_for_update().filter(pk=receipt.pk).first()
         pending = WorkItem.objects.filter(

@@ -37,6 +37,8 @@ import structlog
 from django.conf import settings
 from django.db import connection, connections, transaction
 
+from runs.models import ApiToken, Membership, Repository, Workspace
+
 log = structlog.get_logger("agentplatform.api")
 
 CHANNEL = "agentplatform_access"
@@ -133,8 +135,6 @@ def forget_all_on_commit(**kwargs: Any) -> None:
 def _signals_connect() -> None:
     from django.contrib.auth import get_user_model
     from django.db.models import signals
-
-    from runs.models import ApiToken, Membership, Repository, Workspace
 
     for model in (ApiToken, get_user_model(), Membership, Repository, Workspace):
         for signal in (signals.post_save, signals.post_delete):

@@ -7,7 +7,6 @@ delays a stream until its next keep-alive check; it never loses an event.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import uuid
@@ -16,7 +15,7 @@ from typing import Any
 from django.conf import settings
 
 # The channel the relay announces published events on: one name, built in one place.
-from jobs.relay import run_channel
+from runs.timeline import run_announcement
 
 logger = logging.getLogger("agentplatform.api")
 _client_lock = threading.Lock()
@@ -35,11 +34,6 @@ def _redis() -> Any:
                 settings.REDIS_URL, socket_timeout=0.5, socket_connect_timeout=0.5
             )
         return _client
-
-
-def run_announcement(*, run_id: uuid.UUID | str, sequence: int) -> tuple[str, str]:
-    """The channel and message that announce a run's events up to ``sequence``."""
-    return run_channel(run_id), json.dumps({"run_id": str(run_id), "sequence": sequence})
 
 
 def run_events_announce(*, run_id: uuid.UUID | str, sequence: int) -> None:

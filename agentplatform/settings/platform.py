@@ -87,7 +87,7 @@ EVENT_CONSUMERS = env_value(
     "EVENT_CONSUMERS",
     list,
     [
-        "jobs.consumers.cost.COST_AGGREGATION",
+        "runs.cost_aggregation.COST_AGGREGATION",
         "runs.notify.SOURCE_NOTIFICATION",
     ],
 )

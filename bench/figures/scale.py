@@ -116,7 +116,7 @@ def scale_turn(bench: Bench, timed: int = 30, untimed: int = 5) -> tuple[float, 
     ``untimed`` that pay for the new connection (its prepared statements)."""
     from django.db import transaction
 
-    from runs.engine import lease_acquire, lease_release
+    from runs.lease import lease_acquire, lease_release
     from runs.models import Run
     from runs.services import task_submit
 

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 
 from jobs.admin.console import ReadOnlyQueueAdmin, pretty_json, status_badge
 from jobs.models import DeadLetter, OutboxEvent
+from jobs.services import dead_letter_discard, dead_letter_requeue
 
 # What a dead letter carries, as pages to open: each linker is given the letter's task
 # name and one (argument name, value) it carries and answers (label, URL) or None. The
@@ -167,8 +168,6 @@ class DeadLetterAdmin(ReadOnlyQueueAdmin):
 
     @admin.action(description="Requeue selected dead letters", permissions=["operate"])
     def requeue(self, request: HttpRequest, queryset: QuerySet) -> None:
-        from jobs.services import dead_letter_requeue
-
         by = request.user.get_username()
 
         def operation(letter: DeadLetter) -> tuple[bool, str]:
@@ -179,8 +178,6 @@ class DeadLetterAdmin(ReadOnlyQueueAdmin):
 
     @admin.action(description="Discard selected dead letters", permissions=["operate"])
     def discard(self, request: HttpRequest, queryset: QuerySet) -> None:
-        from jobs.services import dead_letter_discard
-
         by = request.user.get_username()
 
         def operation(letter: DeadLetter) -> tuple[bool, str]:

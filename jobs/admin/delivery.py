@@ -20,6 +20,7 @@ from jobs.models import (
     WorkItem,
     WorkspaceDailyCost,
 )
+from jobs.relay import relay_wake
 
 # --- outbox -------------------------------------------------------------------------------
 
@@ -105,8 +106,6 @@ class OutboxEventAdmin(ReadOnlyQueueAdmin):
 
         Consumers deduplicate by event id (ProcessedEvent), so publishing twice is safe.
         """
-        from jobs.relay import relay_wake
-
         events = list(queryset.only("id", "type", "partition_key"))
         with transaction.atomic():
             changed = OutboxEvent.objects.filter(pk__in=[e.pk for e in events]).update(
@@ -138,9 +137,8 @@ class ProcessedEventAdmin(ReadOnlyQueueAdmin):
 @admin.register(EventSubscription)
 class EventSubscriptionAdmin(OperatorAdmin):
     deletable = True
-    list_display = ("url", "workspace", "active", "event_types", "description", "created_at")
-    list_select_related = ("workspace",)
-    list_filter = ("active", "workspace")
+    list_display = ("url", "workspace_id", "active", "event_types", "description", "created_at")
+    list_filter = ("active", "workspace_id")
     search_fields = ("url", "description")
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
@@ -199,14 +197,13 @@ class WorkItemAdmin(ReadOnlyQueueAdmin):
 class WorkspaceDailyCostAdmin(ReadOnlyQueueAdmin):
     list_display = (
         "day",
-        "workspace",
+        "workspace_id",
         "cost_usd",
         "tokens_in",
         "tokens_out",
         "model_turns",
         "last_event_at",
     )
-    list_select_related = ("workspace",)
-    list_filter = ("workspace",)
-    ordering = ("-day", "workspace")
+    list_filter = ("workspace_id",)
+    ordering = ("-day", "workspace_id")
     date_hierarchy = "day"

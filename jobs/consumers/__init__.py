@@ -25,6 +25,7 @@ from django.utils.module_loading import import_string
 from jobs import metrics, sql, tracing
 from jobs.logs import log
 from jobs.models import OutboxEvent, ProcessedEvent
+from jobs.work import WorkDeferred, work_enqueue, work_kind
 
 
 class PermanentConsumerError(Exception):
@@ -175,8 +176,6 @@ def event_consume(
 def _split(spec: Consumer, *, failed: str, rest: list[str], error: Exception) -> None:
     """Single-event work items for a failed event and the rest. The failed one is due
     after the retry delay, or after the wait a deferral (``WorkDeferred``) named."""
-    from jobs.work import WorkDeferred, work_kind
-
     if isinstance(error, WorkDeferred):
         delay = error.seconds
     else:
@@ -185,8 +184,6 @@ def _split(spec: Consumer, *, failed: str, rest: list[str], error: Exception) ->
 
 
 def _singles(consumer: str, events: list[tuple[str, float]]) -> None:
-    from jobs.work import work_enqueue
-
     with transaction.atomic():
         for current, delay in events:
             work_enqueue(

@@ -15,8 +15,8 @@ from decimal import Decimal
 from django.db.models import Sum
 from django.utils import timezone
 
-from runs.engine import StepContext, StepFailed
 from runs.models import Approval, InputRequest, ModelTurn, Patch, Run, Task, ToolCall
+from runs.protocol import StepContext, StepFailed
 
 S = Run.Status
 

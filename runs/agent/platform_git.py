@@ -35,7 +35,10 @@ from pathlib import Path
 
 from django.conf import settings
 
-from runs.agent.sandbox import CommandCancelled, SandboxError
+from runs.agent.sandbox import (
+    CommandCancelled,
+    SandboxError,
+)
 from runs.git_network import AddressRefused, connection_for
 
 # Overrides every .gitattributes of the tree (info/attributes has the highest
@@ -108,14 +111,6 @@ class Diff:
 
 def diff_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def platform_repository_root() -> Path:
-    return Path(settings.PLATFORM_GIT_ROOT)
-
-
-def platform_repository_path(run_id: object) -> Path:
-    return platform_repository_root() / f"run-{run_id}.git"
 
 
 def git_environment(config: dict[str, str] | None = None) -> dict[str, str]:

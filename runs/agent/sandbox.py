@@ -28,6 +28,7 @@ from pathlib import Path
 from django.conf import settings
 
 from runs.agent.backends import CommandSpec, Limits, SandboxBackend, backend_get
+from runs.agent.backends.cgroups import cgroups_sweep
 from runs.agent.slots import SlotWaitCancelled, cpu_slot
 from runs.agent.waits import connections_release_for_wait
 
@@ -36,6 +37,15 @@ from runs.agent.waits import connections_release_for_wait
 ENV_ALLOWLIST = ("LANG", "LC_ALL", "TZ")
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 WATCH_INTERVAL_SECONDS = 1.0
+
+
+def platform_repository_root() -> Path:
+    """Where the platform's own git repositories of runs live (``runs.agent.platform_git``)."""
+    return Path(settings.PLATFORM_GIT_ROOT)
+
+
+def platform_repository_path(run_id: object) -> Path:
+    return platform_repository_root() / f"run-{run_id}.git"
 
 
 class SandboxError(Exception):
@@ -295,8 +305,6 @@ def run_workdirs_remove(run_id: object, *, keep: Path | None = None) -> None:
         if path != keep:
             shutil.rmtree(path, ignore_errors=True)
     if keep is None:
-        from runs.agent.platform_git import platform_repository_path
-
         shutil.rmtree(platform_repository_path(run_id), ignore_errors=True)
 
 
@@ -312,9 +320,6 @@ def sandbox_orphans_sweep(*, active_run_ids: set[str], min_age_seconds: float = 
     machine that died before cleaning up, or moved to another worker). Scratch
     directories and command logs belong to steps in flight, so only old ones go.
     """
-    from runs.agent.backends.cgroups import cgroups_sweep
-    from runs.agent.platform_git import platform_repository_root
-
     cgroups_sweep()
     removed: list[str] = []
     now = time.time()

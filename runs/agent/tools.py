@@ -14,6 +14,7 @@ from runs.agent import safefs
 from runs.agent.artifacts import redact
 from runs.agent.asking import ask_check
 from runs.agent.languages import syntax_error
+from runs.agent.repomap import repo_map
 from runs.agent.sandbox import Sandbox
 from runs.agent.tool_policy import ToolDenied, ToolPolicy, command_check, path_is_forbidden
 from runs.agent.tool_schemas import (
@@ -228,8 +229,6 @@ class Toolbox:
     # working copy is reachable, whatever the repository or a command planted.
 
     def _tool_repo_map(self, focus: str = "") -> ToolResult:
-        from runs.agent.repomap import repo_map
-
         text = repo_map(self.sandbox.path, self._files(), focus=f"{self.focus} {focus}")
         return ToolResult("completed", text)
 

@@ -26,9 +26,9 @@ from runs.agent.profiles import (
 )
 from runs.agent.tools import tool_call_problem
 from runs.agent.waits import connections_release_for_wait
-from runs.engine import LeaseLost, StepContext, StepFailed, TransientStepError
 from runs.logs import log
 from runs.models import ModelTurn, Run
+from runs.protocol import LeaseLost, StepContext, StepFailed, TransientStepError
 from runs.providers import ModelReply, provider_for_profile
 from runs.providers.base import (
     ContextLengthExceeded,

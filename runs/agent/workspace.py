@@ -13,8 +13,15 @@ from pathlib import Path
 
 from runs.agent import platform_git
 from runs.agent.platform_git import Diff
-from runs.agent.sandbox import LocalSandbox, run_workdirs_remove, sandbox_for_run
+from runs.agent.sandbox import (
+    LocalSandbox,
+    platform_repository_path,
+    run_workdirs_remove,
+    sandbox_for_run,
+)
+from runs.gitproviders import git_provider_for
 from runs.models import Run
+from runs.repositories import CloneUrlRefused, clone_url_check_before_use
 
 __all__ = [
     "Diff",
@@ -29,9 +36,6 @@ __all__ = [
 def platform_repository(run: Run, should_stop: Callable[[], bool] | None = None) -> Path:
     """The run's platform-owned repository on this host, fetched from the origin once
     (stopped by ``should_stop``: cancellation, a lost lease)."""
-    from runs.gitproviders import git_provider_for
-    from runs.repositories import CloneUrlRefused, clone_url_check_before_use
-
     repository = run.task.repository
     try:
         clone_url_check_before_use(repository.clone_url)
@@ -41,7 +45,7 @@ def platform_repository(run: Run, should_stop: Callable[[], bool] | None = None)
     config, secret = provider.git_credentials(repository)
     return platform_git.repository_fetch(
         url=repository.clone_url,
-        dest=platform_git.platform_repository_path(run.id),
+        dest=platform_repository_path(run.id),
         config=config,
         secret=secret,
         should_stop=should_stop,

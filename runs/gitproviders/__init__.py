@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 from runs.gitproviders.base import GitProvider, PullRequestInfo
+from runs.gitproviders.github import GitHubProvider
+from runs.gitproviders.gitlab import GitLabProvider
+from runs.gitproviders.local import LocalGitProvider
 
 
 def git_provider_for(provider: str) -> GitProvider:
     if provider == "local":
-        from runs.gitproviders.local import LocalGitProvider
-
         return LocalGitProvider()
     if provider == "github":
-        from runs.gitproviders.github import GitHubProvider
-
         return GitHubProvider()
     if provider == "gitlab":
-        from runs.gitproviders.gitlab import GitLabProvider
-
         return GitLabProvider()
     raise ValueError(f"no git provider for {provider!r}")
 

@@ -248,12 +248,6 @@ class Run(models.Model):
         """The end of the id (its random part), as the console shows a run in a list."""
         return short_id(self.id)
 
-    @property
-    def is_terminal(self) -> bool:
-        from runs.state import TERMINAL
-
-        return self.status in TERMINAL
-
 
 class RunEvent(models.Model):
     """The timeline: facts about a run, gap-free and ordered by sequence_no."""

@@ -7,9 +7,11 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from runs import priorities
+from runs.repositories import CloneUrlRefused, clone_url_check
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -235,10 +237,6 @@ class Repository(models.Model):
 
     def clean(self) -> None:
         """The admin is staff only: staff rules for the clone URL (runs/repositories)."""
-        from django.core.exceptions import ValidationError
-
-        from runs.repositories import CloneUrlRefused, clone_url_check
-
         try:
             clone_url_check(self.clone_url, staff=True)
         except CloneUrlRefused as exc:

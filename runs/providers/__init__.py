@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
+from runs.agent.profiles import ProfileError, profile_get
 from runs.providers.base import (
     ModelProvider,
     ModelReply,
@@ -14,6 +15,7 @@ from runs.providers.base import (
     ProviderObserver,
     ToolCallRequest,
 )
+from runs.providers.scripted import ScriptedProvider
 
 if TYPE_CHECKING:
     from runs.agent.profiles import ModelProfile
@@ -33,8 +35,6 @@ def provider_for_profile(
     """
     options = options or {}
     if profile.provider == "scripted":
-        from runs.providers.scripted import ScriptedProvider
-
         return ScriptedProvider(script=options.get("script"), run_no=options.get("run_no", 1))
     # LiteLLM takes seconds to import: only the processes that call a model pay for it.
     from runs.providers.llm import LiteLLMProvider
@@ -48,8 +48,6 @@ def provider_for_profile(
 
 def provider_for(name: str, *, options: dict | None = None) -> ModelProvider:
     """The provider of profile ``name`` ("scripted", "openai", "openai:<model>", ...)."""
-    from runs.agent.profiles import ProfileError, profile_get
-
     try:
         profile = profile_get(name)
     except ProfileError as exc:

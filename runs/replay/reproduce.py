@@ -31,7 +31,7 @@ from django.utils import timezone
 from jobs.work import work_enqueue
 from runs.agent import platform_git
 from runs.agent.artifacts import redact
-from runs.agent.sandbox import LocalSandbox, SandboxError
+from runs.agent.sandbox import LocalSandbox, SandboxError, platform_repository_root
 from runs.agent.setup import setup_ensure
 from runs.agent.tools import Toolbox, ToolDenied, ToolPolicy
 from runs.agent.transcript import NUMBER
@@ -104,7 +104,7 @@ def replay_execute(*, replay_id: str, progress: Progress | None = None) -> RunRe
     RunReplay.objects.filter(pk=replay.pk).update(status=RunReplay.Status.RUNNING, progress=0)
     state = _Replaying(replay=replay, run=replay.run, progress=progress)
     # Not named "run-…": the sandbox orphan sweep would take it for an ended run's.
-    git_dir = platform_git.platform_repository_root() / f"replay-{replay.id}.git"
+    git_dir = platform_repository_root() / f"replay-{replay.id}.git"
     sandboxes: list[LocalSandbox] = []
     report: dict[str, Any] = {"base_commit": state.run.base_commit, "model_requests": 0}
     try:

@@ -4,7 +4,7 @@ carry natural keys, and the working copy is rebuilt from the last checkpoint."""
 
 from __future__ import annotations
 
-from runs.engine import Handler
+from runs.protocol import Handler
 from runs.steps.approval import step_awaiting_approval
 from runs.steps.asking import step_awaiting_input
 from runs.steps.common import S, _restore, _retry_with_feedback, _sandbox

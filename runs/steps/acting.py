@@ -17,8 +17,8 @@ from runs.agent.context import (
 from runs.agent.profiles import ModelProfile
 from runs.agent.tools import TOOL_SCHEMAS
 from runs.agent.turns import turn_obtain
-from runs.engine import StepContext, StepFailed
 from runs.models import Run
+from runs.protocol import StepContext, StepFailed
 from runs.providers.base import ContextLengthExceeded, ModelReply
 
 # Summary turns share the (run, step, turn) key space with acting turns.

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from runs.agent.platform_git import diff_sha256
-from runs.engine import Outcome, StepContext
 from runs.models import Approval, Patch
+from runs.protocol import Outcome, StepContext
 from runs.steps.common import S
 
 

@@ -19,8 +19,8 @@ from django.utils import timezone
 
 from runs.agent.artifacts import artifact_create, redact
 from runs.agent.asking import ASKED, answer_text
-from runs.engine import Outcome, StepContext
 from runs.models import Artifact, InputRequest, Run
+from runs.protocol import Outcome, StepContext
 from runs.waiting import input_notify_enqueue
 
 S = Run.Status

@@ -10,8 +10,8 @@ from runs.agent.budget import Spent, budget_exhausted, budget_used
 from runs.agent.sandbox import CommandCancelled, LocalSandbox, SandboxError
 from runs.agent.setup import SetupFailed, SetupResult, setup_ensure, setup_plan
 from runs.agent.workspace import workspace_ensure, workspace_restore
-from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import Run
+from runs.protocol import Outcome, RunCancelled, StepContext, StepFailed
 
 S = Run.Status
 OUTPUT_TAIL_CHARS = 2000

@@ -5,7 +5,7 @@ from __future__ import annotations
 from runs.agent.artifacts import artifact_create, redact
 from runs.agent.repomap import repo_map
 from runs.agent.tools import Toolbox, ToolPolicy
-from runs.engine import Outcome, StepContext
+from runs.protocol import Outcome, StepContext
 from runs.steps.common import S, _sandbox, test_command_of
 
 CONTEXT_CHAR_BUDGET = 24_000

@@ -6,16 +6,16 @@ from runs.agent.artifacts import redact
 from runs.agent.platform_git import patch_commit
 from runs.agent.sandbox import CommandCancelled, SandboxError
 from runs.agent.workspace import platform_repository
-from runs.engine import (
+from runs.gitproviders import git_provider_for
+from runs.gitproviders.base import GitProvider, GitProviderError, PullRequestInfo
+from runs.models import Approval, Patch, PullRequest
+from runs.protocol import (
     Outcome,
     RunCancelled,
     StepContext,
     StepFailed,
     TransientStepError,
 )
-from runs.gitproviders import git_provider_for
-from runs.gitproviders.base import GitProvider, GitProviderError, PullRequestInfo
-from runs.models import Approval, Patch, PullRequest
 from runs.steps.common import S
 
 

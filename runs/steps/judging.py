@@ -22,8 +22,8 @@ from runs.agent.sandbox import SandboxError
 from runs.agent.steering import patch_steering_changes, runner_tampering
 from runs.agent.turns import turn_obtain
 from runs.agent.workspace import platform_repository
-from runs.engine import Outcome, StepContext, StepFailed
 from runs.models import Approval, JudgeAttempt, Patch
+from runs.protocol import Outcome, StepContext, StepFailed
 from runs.steps.common import S, _retry_with_feedback
 
 JUDGE_PROMPT = (

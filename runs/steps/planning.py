@@ -5,7 +5,7 @@ from __future__ import annotations
 from runs.agent.artifacts import artifact_create
 from runs.agent.context import context_condense
 from runs.agent.turns import profile_for, turn_obtain
-from runs.engine import Outcome, StepContext
+from runs.protocol import Outcome, StepContext
 from runs.steps.acting import window_for
 from runs.steps.asking import PROCEED, input_wait, plan_record, plan_review_wanted
 from runs.steps.common import S

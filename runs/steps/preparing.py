@@ -6,8 +6,8 @@ from jobs.ids import short_id
 from runs.agent.environment import environment_detect, preflight_command
 from runs.agent.sandbox import CommandCancelled, LocalSandbox, SandboxError
 from runs.agent.workspace import workspace_clone
-from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import PullRequest, Task
+from runs.protocol import Outcome, RunCancelled, StepContext, StepFailed
 from runs.steps.common import S, _setup, environment_failed, test_command_of
 
 PREFLIGHT_TIMEOUT_SECONDS = 60

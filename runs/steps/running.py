@@ -19,8 +19,8 @@ from runs.agent.sandbox import CommandCancelled, LocalSandbox, WorkspaceTooLarge
 from runs.agent.tools import TOOL_SCHEMAS, Toolbox, ToolDenied, ToolPolicy, tool_call_problem
 from runs.agent.turns import profile_for
 from runs.agent.workspace import workspace_diff
-from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import Patch, Run, ToolCall
+from runs.protocol import Outcome, RunCancelled, StepContext, StepFailed
 from runs.providers.base import ModelReply
 from runs.steps.acting import act_turn
 from runs.steps.asking import ask_record, input_wait

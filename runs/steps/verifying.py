@@ -34,8 +34,8 @@ from runs.agent.verify import (
     verification_summary,
 )
 from runs.agent.workspace import platform_repository, workspace_scratch
-from runs.engine import Outcome, RunCancelled, StepContext, StepFailed
 from runs.models import Patch, VerificationAttempt
+from runs.protocol import Outcome, RunCancelled, StepContext, StepFailed
 from runs.steps.common import (
     S,
     _retry_with_feedback,

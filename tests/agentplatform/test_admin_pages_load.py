@@ -54,11 +54,14 @@ def _delivery_rows(run: Run) -> None:
     workspace = run.task.workspace
     rows = {
         ("jobs", "EventSubscription"): {
-            "workspace": workspace,
+            "workspace_id": workspace.pk,
             "url": "http://127.0.0.1:9/h",
             "secret": "s3cret",
         },
-        ("jobs", "WorkspaceDailyCost"): {"workspace": workspace, "day": timezone.now().date()},
+        ("jobs", "WorkspaceDailyCost"): {
+            "workspace_id": workspace.pk,
+            "day": timezone.now().date(),
+        },
         ("runs", "WorkspaceSpend"): {
             "workspace": workspace,
             "day": timezone.now().date(),

@@ -301,17 +301,18 @@ def test_a_webhook_trace_reaches_the_task_it_creates(client, settings, json_log)
 def test_the_heartbeat_thread_logs_in_its_steps_context(monkeypatch, settings, json_log):
     import structlog
 
-    from runs import engine
+    from runs import heartbeat as heartbeats
+    from runs import lease as leases
 
     def refuse(leases):
         raise RuntimeError("database unreachable")
 
-    monkeypatch.setattr(engine, "leases_renew", refuse)
+    monkeypatch.setattr(heartbeats, "leases_renew", refuse)
     settings.RUN_LEASE_SECONDS = 1
     structlog.contextvars.bind_contextvars(task_id="task-in-context", trace_id="b" * 32)
     try:
-        lease = engine.Lease(run_id=__import__("uuid").uuid4(), owner="w", attempt=1, step_no=0)
-        with engine.Heartbeat(lease):
+        lease = leases.Lease(run_id=__import__("uuid").uuid4(), owner="w", attempt=1, step_no=0)
+        with heartbeats.Heartbeat(lease):
             time.sleep(1.3)
     finally:
         structlog.contextvars.unbind_contextvars("task_id", "trace_id")

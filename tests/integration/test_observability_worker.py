@@ -46,7 +46,7 @@ def test_worker_run_moves_counters_carries_trace_and_leaks_no_secret(
     monkeypatch.setenv("LOG_LEVEL", "DEBUG")
     monkeypatch.setenv(
         "EVENT_CONSUMERS",
-        "jobs.consumers.cost.COST_AGGREGATION,tests.integration.test_observability_worker.REFUSER",
+        "runs.cost_aggregation.COST_AGGREGATION,tests.integration.test_observability_worker.REFUSER",
     )
     repository.webhook_secret = REPOSITORY_SECRET
     repository.save()

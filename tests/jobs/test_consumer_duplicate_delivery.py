@@ -49,7 +49,7 @@ def test_duplicate_delivery_is_processed_once(workspace):
     assert event_consume(consumer="cost_aggregation", event_id=event_id) == "processed"
     assert event_consume(consumer="cost_aggregation", event_id=event_id) == "duplicate"
 
-    cost = WorkspaceDailyCost.objects.get(workspace=workspace)
+    cost = WorkspaceDailyCost.objects.get(workspace_id=workspace.pk)
     assert (cost.cost_usd, cost.model_turns, cost.tokens_in) == (Decimal("0.25"), 1, 100)
     assert ProcessedEvent.objects.filter(consumer="cost_aggregation").count() == 1
 
@@ -104,7 +104,7 @@ def test_duplicate_messages_on_a_real_worker_change_state_once(
             return conn.default_channel.client.llen("events") == 0
 
     wait_for(queue_empty, timeout=30, message="events queue drained")
-    cost = WorkspaceDailyCost.objects.get(workspace=workspace)
+    cost = WorkspaceDailyCost.objects.get(workspace_id=workspace.pk)
     assert cost.cost_usd == Decimal("0.60")
     assert cost.model_turns == 3
     assert cost.tokens_in == 300

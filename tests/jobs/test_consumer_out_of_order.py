@@ -44,7 +44,7 @@ def _turns(workspace) -> list[str]:
 
 
 def _state(workspace) -> tuple:
-    row = WorkspaceDailyCost.objects.get(workspace=workspace)
+    row = WorkspaceDailyCost.objects.get(workspace_id=workspace.pk)
     return row.day, row.cost_usd, row.tokens_in, row.tokens_out, row.model_turns, row.last_event_at
 
 

@@ -122,7 +122,7 @@ def test_subscription_delivery_is_signed_and_retried_until_accepted(workspace, h
         events_record(task=task, run=run, events=[PendingEvent("agent.run.started", {"run_no": 1})])
     event_id = str(OutboxEvent.objects.get(type="agent.run.started").event_id)
     sub = EventSubscription.objects.create(
-        workspace=workspace,
+        workspace_id=workspace.pk,
         url=f"http://127.0.0.1:{http_server.server_port}/hook",
         secret="s3cret",
         event_types=["agent.run.*"],

@@ -32,7 +32,7 @@ def poison(event: Event) -> None:
 
 POISON = Consumer(name="poison", types=("agent.model.turn.completed",), handle=poison)
 CONSUMERS = (
-    "jobs.consumers.cost.COST_AGGREGATION,tests.jobs.test_dead_letter_poison_consumer.POISON"
+    "runs.cost_aggregation.COST_AGGREGATION,tests.jobs.test_dead_letter_poison_consumer.POISON"
 )
 
 
@@ -88,7 +88,7 @@ def test_poison_consumer_is_dead_lettered_and_requeued_after_the_fix(
     ).exists()
     # The other consumer did its work.
     cost = wait_for(
-        lambda: WorkspaceDailyCost.objects.filter(workspace=workspace).first(),
+        lambda: WorkspaceDailyCost.objects.filter(workspace_id=workspace.pk).first(),
         timeout=20,
         message="cost aggregated",
     )
@@ -106,5 +106,5 @@ def test_poison_consumer_is_dead_lettered_and_requeued_after_the_fix(
     letter.refresh_from_db()
     assert (letter.status, letter.resolved_by) == (DeadLetter.Status.REQUEUED, "operator")
     assert not dead_letter_requeue(letter=letter, by="operator")  # only once
-    assert WorkspaceDailyCost.objects.get(workspace=workspace).model_turns == 1
+    assert WorkspaceDailyCost.objects.get(workspace_id=workspace.pk).model_turns == 1
     redis.Redis.from_url(settings.REDIS_URL).delete(stream)

@@ -88,7 +88,7 @@ def test_a_runs_events_commit_announces_them_and_wakes_the_relay_once(
 ) -> None:
     from django.db import transaction
 
-    from agentplatform.api.notify import run_channel
+    from jobs.relay import run_channel
     from runs.models import Run
     from runs.timeline import PendingEvent, events_record
     from tests.factories import TaskFactory

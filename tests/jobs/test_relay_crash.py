@@ -120,6 +120,6 @@ def test_relay_killed_before_marking_publishes_again_and_consumers_dedupe(
     )
     wait_for(lambda: client.llen("events") == 0, timeout=30, message="duplicates consumed")
     time.sleep(0.5)
-    cost = WorkspaceDailyCost.objects.get(workspace=workspace)
+    cost = WorkspaceDailyCost.objects.get(workspace_id=workspace.pk)
     assert (cost.cost_usd, cost.model_turns) == (Decimal("1.5"), 3)
     client.delete(stream)

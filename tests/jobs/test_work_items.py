@@ -129,7 +129,7 @@ def test_consumer_backlog_survives_a_restart_of_its_redis_and_so_does_the_worker
     stream = f"test_work.{uuid.uuid4().hex}"
     monkeypatch.setenv("SLOW_FLAG", str(flag))
     monkeypatch.setenv("EVENT_STREAM_NAME", stream)
-    consumers = "jobs.consumers.cost.COST_AGGREGATION,tests.jobs.test_work_items.SLOW"
+    consumers = "runs.cost_aggregation.COST_AGGREGATION,tests.jobs.test_work_items.SLOW"
     monkeypatch.setenv("EVENT_CONSUMERS", consumers)
     settings.EVENT_CONSUMERS = consumers.split(",")
     monkeypatch.setenv("CELERY_BROKER_URL", own_redis.url)
@@ -163,7 +163,7 @@ def test_consumer_backlog_survives_a_restart_of_its_redis_and_so_does_the_worker
     )
     assert worker.process.poll() is None
     assert "Unrecoverable error" not in worker.output()
-    cost = WorkspaceDailyCost.objects.get(workspace=workspace)
+    cost = WorkspaceDailyCost.objects.get(workspace_id=workspace.pk)
     assert cost.model_turns == 8
     assert not items.exclude(status=WorkItem.Status.DONE).exists()
     redis.Redis.from_url(settings.REDIS_URL).delete(stream)
@@ -174,7 +174,7 @@ def test_a_handler_that_kills_its_worker_is_dead_lettered_as_poison(
 ):
     stream = f"test_work.{uuid.uuid4().hex}"
     monkeypatch.setenv("EVENT_STREAM_NAME", stream)
-    consumers = "jobs.consumers.cost.COST_AGGREGATION,tests.jobs.test_work_items.KILLER"
+    consumers = "runs.cost_aggregation.COST_AGGREGATION,tests.jobs.test_work_items.KILLER"
     monkeypatch.setenv("EVENT_CONSUMERS", consumers)
     settings.EVENT_CONSUMERS = consumers.split(",")
     worker = start_worker("poison", queues="events", concurrency=1)
@@ -200,7 +200,7 @@ def test_a_handler_that_kills_its_worker_is_dead_lettered_as_poison(
     assert letter.workspace_id == workspace.pk
     # The healthy consumer of the same event was not held up; the worker lives on.
     wait_for(
-        lambda: WorkspaceDailyCost.objects.filter(workspace=workspace).exists(),
+        lambda: WorkspaceDailyCost.objects.filter(workspace_id=workspace.pk).exists(),
         message="cost aggregated",
     )
     assert worker.process.poll() is None
@@ -239,7 +239,7 @@ def test_requeue_refused_by_the_broker_still_runs_once_the_sweep_wakes_it(
         timeout=30,
         message="requeued delivery consumed",
     )
-    assert WorkspaceDailyCost.objects.get(workspace=workspace).model_turns == 1
+    assert WorkspaceDailyCost.objects.get(workspace_id=workspace.pk).model_turns == 1
     redis.Redis.from_url(settings.REDIS_URL).delete(stream)
 
 

@@ -24,7 +24,8 @@ from django.db.models import Sum
 from runs import dispatch
 from runs.active_runs import Drift, recount
 from runs.models import ActiveRunCount, Run, Task
-from runs.services import LANE_SETTING, _lanes, admission_check, task_submit
+from runs.services import task_submit
+from runs.services.admission import LANE_SETTING, _lanes, admission_check
 from runs.state import ACTIVE, TERMINAL
 from tests.factories import RepositoryFactory, TaskFactory, WorkspaceFactory
 

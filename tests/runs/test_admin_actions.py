@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
@@ -193,15 +192,3 @@ def test_webhook_reprocess_sends_the_receipt_to_processing_again(
     assert receipt.status == "received"
     assert "oncall" in receipt.status_reason
     assert "Reprocess: 1 row(s) changed." in _messages(response)
-
-
-def test_webhook_reprocess_says_so_when_the_service_is_missing(
-    op_client: Any,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    receipt = WebhookReceiptFactory()
-    monkeypatch.setitem(sys.modules, "webhooks.services", None)
-
-    response = _act(op_client, "webhooks_webhookreceipt", "reprocess", [receipt.pk])
-
-    assert any("not available" in m for m in _messages(response))

@@ -9,7 +9,7 @@ import pytest
 from django.db.models import Count, Q
 
 from runs.models import RUN_TERMINAL_STATUSES, Run
-from runs.services import (
+from runs.services.admission import (
     _active_runs_count,
     _admission_counts,
     admission_check,

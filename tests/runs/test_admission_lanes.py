@@ -14,7 +14,8 @@ from django.db import OperationalError, connection, connections, transaction
 
 from runs import dispatch
 from runs.models import Run, Task
-from runs.services import _admission_counts, _lock_workspace, admission_check, task_submit
+from runs.services import task_submit
+from runs.services.admission import _admission_counts, _lock_workspace, admission_check
 from runs.state import TERMINAL
 from tests.factories import RepositoryFactory, WorkspaceFactory
 
@@ -194,7 +195,7 @@ def test_a_submission_takes_the_free_lane_and_counts_in_its_stripe(settings: Any
     one without waiting, and its run is counted in that lane's stripe (the lane is
     recorded before the run's row is written)."""
     from runs.models import ActiveRunCount
-    from runs.services import _LANE_KEY
+    from runs.services.admission import _LANE_KEY
 
     settings.ADMISSION_LANES = 8
     workspace = WorkspaceFactory(max_active_runs=100)

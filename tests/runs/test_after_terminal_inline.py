@@ -9,7 +9,7 @@ from django.db import OperationalError
 import jobs.work
 import jobs.work_execution
 from jobs.models import WorkItem
-from runs.engine import AFTER_TERMINAL, run_end_unleased
+from runs.ending import AFTER_TERMINAL, run_end_unleased
 from runs.models import Run, Task
 from runs.services import run_after_terminal
 from tests.factories import TaskFactory

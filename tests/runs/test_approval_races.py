@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from jobs.models import OutboxEvent
 from runs.agent.budget import budget_used
-from runs.engine import run_end_unleased
+from runs.ending import run_end_unleased
 from runs.models import Approval, Artifact, Patch, Run
 from runs.services import CommandRefused, approvals_expire, run_approve
 from tests.conftest import wait_for

@@ -15,7 +15,8 @@ from django.db.models import Sum
 from runs import demo
 from runs.engine import run_drive_inline
 from runs.models import ModelTurn, Run, WorkspaceSpend
-from runs.services import admission_check, task_submit
+from runs.services import task_submit
+from runs.services.admission import admission_check
 from runs.spend import workspace_spend_add, workspace_spend_today
 from tests.factories import RepositoryFactory, TaskFactory, WorkspaceFactory
 

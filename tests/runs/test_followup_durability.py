@@ -14,7 +14,7 @@ from django.db.models import Q
 from jobs.models import WorkItem
 from jobs.work import WorkKind, work_kind, work_kind_register, work_sweep
 from jobs.work_execution import work_execute
-from runs.engine import AFTER_TERMINAL, run_end_unleased
+from runs.ending import AFTER_TERMINAL, run_end_unleased
 from runs.gitproviders.local import LocalGitProvider
 from runs.models import PullRequest, Run, Task
 from runs.services import CommandRefused, task_followup, task_retry, tasks_readmit

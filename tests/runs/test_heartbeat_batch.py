@@ -11,8 +11,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from runs import engine
-from runs.engine import Heartbeat, LeaseLost, StepContext, heartbeats_renew, lease_acquire
+from runs.heartbeat import Heartbeat, heartbeats_renew
+from runs.lease import LeaseLost, lease_acquire
 from runs.models import Run
+from runs.protocol import StepContext
 from tests.conftest import wait_for
 from tests.factories import TaskFactory
 

@@ -10,7 +10,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from runs.engine import Heartbeat, lease_acquire
+from runs.heartbeat import Heartbeat
+from runs.lease import lease_acquire
 from runs.models import Run
 from tests.conftest import wait_for
 from tests.factories import TaskFactory

@@ -9,8 +9,9 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from runs import engine
-from runs.engine import Heartbeat, lease_acquire
+from runs import heartbeat as heartbeats
+from runs.heartbeat import Heartbeat
+from runs.lease import lease_acquire
 from runs.models import Run
 from tests.conftest import wait_for
 from tests.factories import TaskFactory
@@ -31,7 +32,7 @@ def _leased_run(workspace):
 
 def test_short_steps_share_one_thread_and_renew_nothing(workspace, monkeypatch):
     renewals = []
-    monkeypatch.setattr(engine, "leases_renew", lambda leases: renewals.extend(leases) or {})
+    monkeypatch.setattr(heartbeats, "leases_renew", lambda leases: renewals.extend(leases) or {})
     _, lease = _leased_run(workspace)
     for _ in range(50):
         with Heartbeat(lease) as heartbeat:

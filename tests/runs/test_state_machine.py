@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from runs.engine import Lease, Outcome, StepContext, lease_acquire, step_commit
+from runs.engine import step_commit
+from runs.lease import Lease, lease_acquire
 from runs.models import Run
+from runs.protocol import Outcome, StepContext
 from runs.state import ACTIVE, TERMINAL, TRANSITIONS, IllegalTransition, transition_check
 from tests.factories import TaskFactory
 

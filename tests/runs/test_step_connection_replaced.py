@@ -11,7 +11,8 @@ from django.conf import settings
 from django.db import connection
 
 from agentplatform.celery import _database_connections_tidy
-from runs.engine import lease_acquire_loaded, step_execute
+from runs.engine import step_execute
+from runs.lease import lease_acquire_loaded
 from runs.models import Run
 from tests.factories import TaskFactory
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 from django.db.models import F
 
-from runs.engine import Outcome, StepContext, lease_acquire_loaded, step_commit
+from runs.engine import step_commit
+from runs.lease import lease_acquire_loaded
 from runs.models import Run
+from runs.protocol import Outcome, StepContext
 from tests.factories import TaskFactory
 
 pytestmark = pytest.mark.django_db

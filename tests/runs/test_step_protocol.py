@@ -7,18 +7,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from jobs.models import OutboxEvent
-from runs.engine import (
-    LeaseLost,
-    Outcome,
-    StepContext,
-    lease_acquire,
-    lease_acquire_loaded,
-    lease_renew,
-    step_commit,
-    step_execute,
-)
+from runs.engine import step_commit, step_execute
+from runs.lease import LeaseLost, lease_acquire, lease_acquire_loaded, lease_renew
 from runs.models import Run, Task
+from runs.protocol import Outcome, StepContext
 from runs.services import run_cancel_request
+from runs.state import TERMINAL
 from runs.timeline import event_record
 
 pytestmark = pytest.mark.django_db
@@ -94,7 +88,7 @@ def test_each_state_is_passed_through_in_process(run):
     statuses = []
     for _ in range(20):
         run.refresh_from_db()
-        if run.is_terminal:
+        if run.status in TERMINAL:
             break
         statuses.append(step_execute(run_id=str(run.id), step_no=run.step_no))
     assert statuses == [

@@ -16,9 +16,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from runs import dispatch, engine
-from runs.engine import Outcome, StepSlice, step_execute
+from jobs import workers
+from runs import dispatch, engine, protocol
+from runs.engine import StepSlice, step_execute
 from runs.models import Run, Task
+from runs.protocol import Outcome
 from runs.reaper import zombies_reap
 from runs.tasks import run_step
 from tests.conftest import database_backend_terminate
@@ -46,7 +48,7 @@ def handlers(monkeypatch):
     seen: list[tuple[str, int, int]] = []
 
     def make(source: str, target: str) -> Any:
-        def handler(ctx: engine.StepContext) -> Outcome:
+        def handler(ctx: protocol.StepContext) -> Outcome:
             seen.append((source, ctx.step_no, ctx.lease.attempt))
             if source in before:
                 before[source](ctx)
@@ -56,7 +58,7 @@ def handlers(monkeypatch):
         return handler
 
     table = {source: make(source, target) for source, target in itertools.pairwise(CHAIN)}
-    monkeypatch.setattr(engine, "_handlers", lambda: table)
+    monkeypatch.setattr(engine, "HANDLERS", table)
     return before, seen
 
 
@@ -110,7 +112,7 @@ def test_a_worker_that_consumes_the_next_queue_too_goes_on_without_a_wake_up(
 
     from agentplatform.celery import _worker_queues_settle
 
-    monkeypatch.setattr(dispatch, "_queues_served", frozenset())
+    monkeypatch.setattr(workers, "_queues_served", frozenset())
     queues = Queues([Queue(name) for name in ("agent", "verify", "events", "webhooks")])
     queues.select(["agent", "verify"])
     _worker_queues_settle(
@@ -132,7 +134,7 @@ def test_a_worker_that_consumes_the_next_queue_too_goes_on_without_a_wake_up(
 def test_a_worker_of_the_agent_queue_alone_still_hands_verifying_on(
     run, handlers, wakes, monkeypatch
 ):
-    monkeypatch.setattr(dispatch, "_queues_served", frozenset({"agent", "events"}))
+    monkeypatch.setattr(workers, "_queues_served", frozenset({"agent", "events"}))
 
     assert step_execute(run_id=str(run.id), step_no=0, slice=StepSlice(seconds=30)) == S.VERIFYING
     assert wakes == [(5, "verify")]
@@ -142,7 +144,7 @@ def test_each_step_of_a_slice_is_committed_before_the_next_begins(run, handlers)
     before, _seen = handlers
     committed: list[tuple[str, int, str]] = []
 
-    def look(ctx: engine.StepContext) -> None:
+    def look(ctx: protocol.StepContext) -> None:
         # From another connection's point of view (autocommit: no transaction is open).
         row = Run.objects.filter(pk=ctx.run.pk).values_list("status", "step_no", "lease_owner")
         committed.append(row.get())
@@ -182,7 +184,7 @@ def test_a_slice_ends_when_its_time_is_up(run, handlers, wakes):
 def test_a_cancellation_between_two_steps_ends_the_run_at_the_next(run, handlers, wakes):
     before, seen = handlers
 
-    def cancel_from_outside(ctx: engine.StepContext) -> None:
+    def cancel_from_outside(ctx: protocol.StepContext) -> None:
         from runs.services import run_cancel_request
 
         assert run_cancel_request(run=Run.objects.get(pk=ctx.run.pk), by="alice", reason="stop")
@@ -203,7 +205,7 @@ def test_a_step_sees_what_changed_since_the_slice_began(run, handlers):
     before, _seen = handlers
     seen_instructions: list[str] = []
 
-    def edit_task(ctx: engine.StepContext) -> None:
+    def edit_task(ctx: protocol.StepContext) -> None:
         type(ctx.task).objects.filter(pk=ctx.task.pk).update(instruction="edited meanwhile")
 
     before[S.PREPARING] = edit_task
@@ -217,7 +219,7 @@ def test_a_step_sees_what_changed_since_the_slice_began(run, handlers):
 def test_a_slice_stops_at_a_lease_it_no_longer_holds(run, handlers, wakes):
     before, seen = handlers
 
-    def taken_over(ctx: engine.StepContext) -> None:
+    def taken_over(ctx: protocol.StepContext) -> None:
         # As the reaper does after a lease ran out: a new fencing token.
         Run.objects.filter(pk=ctx.run.pk).update(attempt=ctx.lease.attempt + 1)
 
@@ -242,7 +244,7 @@ def test_a_step_that_fails_inside_a_slice_is_retried_as_that_step(
     settings.RUN_STEP_SLICE_SECONDS = 30
     failures = iter([RuntimeError("flaky tool")])
 
-    def flaky(ctx: engine.StepContext) -> None:
+    def flaky(ctx: protocol.StepContext) -> None:
         exc = next(failures, None)
         if exc is not None:
             raise exc
@@ -278,7 +280,7 @@ def test_a_process_that_dies_between_two_steps_leaves_the_run_to_the_reaper(
     class Died(BaseException):
         pass
 
-    def die(ctx: engine.StepContext) -> None:
+    def die(ctx: protocol.StepContext) -> None:
         raise Died()
 
     before[S.CONTEXT_LOADING] = die
@@ -379,7 +381,7 @@ def test_an_event_written_meanwhile_is_numbered_before_the_steps_events(run, han
 
     before, _seen = handlers
 
-    def someone_else_writes(ctx: engine.StepContext) -> None:
+    def someone_else_writes(ctx: protocol.StepContext) -> None:
         other = Run.objects.select_related("task").get(pk=ctx.run.pk)
         with transaction.atomic():
             event_record(task=other.task, run=other, type="agent.run.comment", data={"n": 1})
@@ -406,7 +408,7 @@ def test_a_commit_that_fails_halfway_writes_nothing(run, handlers):
 
     before, _seen = handlers
 
-    def plant(ctx: engine.StepContext) -> None:
+    def plant(ctx: protocol.StepContext) -> None:
         RunEvent.objects.create(
             run_id=ctx.run.pk, sequence_no=ctx.run.last_sequence_no + 1, type="planted"
         )
@@ -444,7 +446,7 @@ def _ending(run: Run) -> dict[str, Any]:
     """What a run's end left: the task, the timeline, the outbox, the work item and the
     approvals."""
     from jobs.models import OutboxEvent, WorkItem
-    from runs.engine import AFTER_TERMINAL
+    from runs.ending import AFTER_TERMINAL
     from runs.models import Approval
 
     run.task.refresh_from_db()
@@ -517,11 +519,11 @@ def test_a_completing_commit_that_fails_writes_nothing(run, handlers):
     from django.db import IntegrityError
 
     from jobs.models import WorkItem
-    from runs.engine import AFTER_TERMINAL
+    from runs.ending import AFTER_TERMINAL
 
     before, _seen = handlers
 
-    def plant(ctx: engine.StepContext) -> None:
+    def plant(ctx: protocol.StepContext) -> None:
         _approval_pending(ctx.run)
         # Feedback waits, so the run's end records its item: the key is taken.
         Task.objects.filter(pk=ctx.task.pk).update(pending_feedback="also fix sub()")

@@ -10,7 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from runs.models import Run, WorkspaceSpend
-from runs.services import _admission_counts, admission_check
+from runs.services import admission_check
+from runs.services.admission import _admission_counts
 from runs.spend import workspace_spend_add, workspace_spend_today
 from tests.factories import RepositoryFactory, TaskFactory, WorkspaceFactory
 from tests.query_plans import query_plan

@@ -26,6 +26,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from agentplatform import embedded, layout, supervision
+from agentplatform.metrics import multiprocess_dir_reset
 from runs.management.process_groups import process_groups_stop
 
 
@@ -84,7 +85,6 @@ class Command(BaseCommand):
             environments[name] = {**os.environ, **worker.env}
         # Files of processes that are gone would be summed forever (live ones stay: a
         # second stack may share the directory).
-        from agentplatform.metrics import multiprocess_dir_reset
 
         multiprocess_dir_reset()
         children: dict[str, subprocess.Popen[bytes]] = {}

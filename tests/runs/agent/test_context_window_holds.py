@@ -15,7 +15,7 @@ from typing import Any
 import bpe_openai
 import pytest
 
-from runs import engine
+from runs import protocol
 from runs.agent.context import context_condense, messages_tokens
 from runs.engine import run_drive_inline
 from runs.models import ModelTurn, Run
@@ -189,7 +189,7 @@ def test_a_resumed_run_sends_the_byte_identical_request(
 
     # The second run's worker dies right before its 12th request, after condensing.
     calls = {"n": 0}
-    original = engine.StepContext.check_cancelled
+    original = protocol.StepContext.check_cancelled
 
     def dies_once(self):
         calls["n"] += 1
@@ -198,7 +198,7 @@ def test_a_resumed_run_sends_the_byte_identical_request(
             raise SystemExit("worker killed")
         return original(self)
 
-    monkeypatch.setattr(engine.StepContext, "check_cancelled", dies_once)
+    monkeypatch.setattr(protocol.StepContext, "check_cancelled", dies_once)
     run_id = _submit(workspace, repository).run.id
     with pytest.raises(SystemExit):
         run_drive_inline(run_id=run_id)

@@ -16,8 +16,7 @@ import jsonschema
 import pytest
 from rest_framework.test import APIClient
 
-from jobs.contracts import BY_TYPE
-from jobs.event_documents import event_schema
+from jobs.contracts import catalog_entry, event_schema
 from runs.engine import run_drive_inline
 from runs.models import Membership, ModelTurn, Run
 from runs.services import task_submit
@@ -113,7 +112,9 @@ def test_a_model_that_rereads_after_fixing_is_nudged_then_its_fix_is_submitted(
     detail = api.get(f"/api/runs/{run.id}/").json()
     assert detail["submitted_by"] == "loop"
     for event in run.events.filter(type__in=CONTRACTED):
-        jsonschema.validate(event.data, event_schema(BY_TYPE[event.type])["properties"]["data"])
+        jsonschema.validate(
+            event.data, event_schema(catalog_entry(event.type))["properties"]["data"]
+        )
 
 
 @pytest.mark.parametrize(

@@ -123,7 +123,7 @@ def test_a_subscription_is_redelivered_a_time_range_of_a_workspace_once(run):
     receiver = _Receiver()
     try:
         sub = EventSubscription.objects.create(
-            workspace=run.workspace,
+            workspace_id=run.workspace_id,
             url=receiver.url,
             secret="s3cret-value",
             event_types=["agent.run.*"],
@@ -168,7 +168,7 @@ def test_the_cost_consumer_is_backfilled_from_a_run_timeline_exactly_once(
     for _ in range(2):
         report = redeliver(target="cost_aggregation", envelopes=timeline_envelopes(run_id=run.id))
 
-    totals = WorkspaceDailyCost.objects.get(workspace=workspace)
+    totals = WorkspaceDailyCost.objects.get(workspace_id=workspace.pk)
     assert report.delivered == 0 and report.already_processed == totals.model_turns
     assert (totals.tokens_in, totals.tokens_out) == (run.tokens_in, run.tokens_out)
     assert totals.model_turns == run.model_turns.count()

@@ -1,4 +1,6 @@
-"""Cost aggregation: model spend per workspace and UTC day.
+"""Cost aggregation: model spend per workspace and UTC day, summed from the
+``agent.model.turn.completed`` events (an in-app consumer of jobs, named in
+``EVENT_CONSUMERS``).
 
 Addition commutes, so events arriving out of order or late still sum to the right total;
 ``last_event_at`` keeps the maximum, so a late event cannot move it back.
