@@ -8,11 +8,7 @@ import ast
 from pathlib import Path
 
 # Files being split elsewhere right now, exempt until they are; the list only shrinks.
-ALLOWED_TO_EXCEED = frozenset(
-    {
-        "runs/agent/turns.py",
-    }
-)
+ALLOWED_TO_EXCEED: frozenset[str] = frozenset()
 MAX_FILE_LINES = 520
 MAX_FUNCTION_LINES = 90
 

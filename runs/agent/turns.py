@@ -11,6 +11,8 @@ import contextlib
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from django.db import InterfaceError, OperationalError, connection
@@ -226,8 +228,51 @@ def turn_obtain(
     )
     connections_release_for_wait()
     started = time.monotonic()
+    reply = _ask(
+        ctx,
+        provider,
+        turn_no=turn_no,
+        purpose=purpose,
+        messages=messages,
+        tools=tools,
+        turn_index=turn_index,
+        condense_on_refusal=condense_on_refusal,
+    )
+    answered = _Answered(
+        turn_no=turn_no,
+        purpose=purpose,
+        profile=profile,
+        provider_name=provider.name,
+        model=reply.model or provider.model,
+        reply=reply,
+        latency_ms=int((time.monotonic() - started) * 1000),
+        problem=reply_problem(reply, tools, purpose),
+    )
+    _answer_checkpoint(ctx, lambda: _checkpoint(ctx, answered, messages, tools), turn_no=turn_no)
+    ctx.run.cost_usd += answered.cost
+    if answered.problem:
+        # The reply that reaches the limit is the last one paid for: with a limit of 8,
+        # the 8th bad reply ends the run rather than buying a 9th.
+        budget_enforce(ctx, "model_errors", headroom=1)
+    return reply
+
+
+def _ask(
+    ctx: StepContext,
+    provider: Any,
+    *,
+    turn_no: int,
+    purpose: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    turn_index: int,
+    condense_on_refusal: bool,
+) -> ModelReply:
+    """The provider's reply, or the step's end: a refusal for length (raised on for a
+    caller that condenses), a diverged replay, a retryable error (the step is retried)
+    or a permanent one."""
     try:
-        reply = provider.complete(
+        return provider.complete(  # type: ignore[no-any-return]
             messages=messages, tools=tools, purpose=purpose, turn_index=turn_index
         )
     except ContextLengthExceeded as exc:
@@ -244,99 +289,132 @@ def turn_obtain(
             raise TransientStepError(str(exc)) from exc
         ctx.emit(FAILED_EVENT, _failed(ctx, exc, turn_no=turn_no, purpose=purpose))
         raise StepFailed("model_error", str(exc)) from exc
-    latency_ms = int((time.monotonic() - started) * 1000)
-    model = reply.model or provider.model
-    usage = reply.usage
-    cost = profile.for_model(model).cost(usage.tokens_in, usage.tokens_out, usage.tokens_cached)
-    problem = reply_problem(reply, tools, purpose)
 
-    def checkpoint() -> None:
-        request = artifact_create(
-            run=ctx.run,
-            kind="model_request",
-            name=f"turn {ctx.step_no}.{turn_no} request",
-            content=json.dumps(
-                {
-                    "model": model,
-                    "profile": profile.name,
-                    "purpose": purpose,
-                    "messages": messages,
-                    "tools": [t["function"]["name"] for t in tools],
-                    "max_tokens": profile.max_output_tokens,
-                },
-                indent=1,
-            ),
-            content_type="application/json",
+
+@dataclass(frozen=True)
+class _Answered:
+    """A paid reply and what its checkpoint records about it."""
+
+    turn_no: int
+    purpose: str
+    profile: ModelProfile
+    provider_name: str
+    model: str
+    reply: ModelReply
+    latency_ms: int
+    problem: str
+
+    @property
+    def cost(self) -> Decimal:
+        usage = self.reply.usage
+        return self.profile.for_model(self.model).cost(
+            usage.tokens_in, usage.tokens_out, usage.tokens_cached
         )
-        response = artifact_create(
-            run=ctx.run,
-            kind="model_response",
-            name=f"turn {ctx.step_no}.{turn_no} response",
-            content=json.dumps(reply.raw or reply.to_json(), indent=1),
-            content_type="application/json",
-        )
-        ModelTurn.objects.create(
-            run=ctx.run,
-            step_no=ctx.step_no,
-            turn_no=turn_no,
-            purpose=purpose,
-            provider=provider.name,
-            model=model,
-            response=reply.to_json(),
-            tokens_in=reply.usage.tokens_in,
-            tokens_out=reply.usage.tokens_out,
-            tokens_cached=usage.tokens_cached,
-            usage_estimated=usage.estimated,
-            finish_reason=reply.finish_reason[:32],
-            problem=problem,
-            cost_usd=cost,
-            latency_ms=latency_ms,
-            request_artifact=request,
-            response_artifact=response,
-        )
-        Run.objects.filter(pk=ctx.run.pk).update(
-            tokens_in=F("tokens_in") + reply.usage.tokens_in,
-            tokens_out=F("tokens_out") + reply.usage.tokens_out,
-            cost_usd=F("cost_usd") + cost,
-            model_profile=f"{profile.name}:{model}"[:200],
-        )
-        workspace_spend_add(workspace_id=ctx.task.workspace_id, cost=cost)
+
+
+def _checkpoint(
+    ctx: StepContext,
+    answered: _Answered,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+) -> None:
+    """Write the answered turn: its request and response artifacts, the turn row, the
+    run's and workspace's usage, and its events."""
+    reply, model, profile = answered.reply, answered.model, answered.profile
+    turn_no, purpose, problem = answered.turn_no, answered.purpose, answered.problem
+    usage, cost, latency_ms = reply.usage, answered.cost, answered.latency_ms
+    request = artifact_create(
+        run=ctx.run,
+        kind="model_request",
+        name=f"turn {ctx.step_no}.{turn_no} request",
+        content=json.dumps(
+            {
+                "model": model,
+                "profile": profile.name,
+                "purpose": purpose,
+                "messages": messages,
+                "tools": [t["function"]["name"] for t in tools],
+                "max_tokens": profile.max_output_tokens,
+            },
+            indent=1,
+        ),
+        content_type="application/json",
+    )
+    response = artifact_create(
+        run=ctx.run,
+        kind="model_response",
+        name=f"turn {ctx.step_no}.{turn_no} response",
+        content=json.dumps(reply.raw or reply.to_json(), indent=1),
+        content_type="application/json",
+    )
+    ModelTurn.objects.create(
+        run=ctx.run,
+        step_no=ctx.step_no,
+        turn_no=turn_no,
+        purpose=purpose,
+        provider=answered.provider_name,
+        model=model,
+        response=reply.to_json(),
+        tokens_in=reply.usage.tokens_in,
+        tokens_out=reply.usage.tokens_out,
+        tokens_cached=usage.tokens_cached,
+        usage_estimated=usage.estimated,
+        finish_reason=reply.finish_reason[:32],
+        problem=problem,
+        cost_usd=cost,
+        latency_ms=latency_ms,
+        request_artifact=request,
+        response_artifact=response,
+    )
+    Run.objects.filter(pk=ctx.run.pk).update(
+        tokens_in=F("tokens_in") + reply.usage.tokens_in,
+        tokens_out=F("tokens_out") + reply.usage.tokens_out,
+        cost_usd=F("cost_usd") + cost,
+        model_profile=f"{profile.name}:{model}"[:200],
+    )
+    workspace_spend_add(workspace_id=ctx.task.workspace_id, cost=cost)
+    _checkpoint_events(ctx, answered, request_id=str(request.id), response_id=str(response.id))
+
+
+def _checkpoint_events(
+    ctx: StepContext, answered: _Answered, *, request_id: str, response_id: str
+) -> None:
+    """The answered turn's events: its completion, and its problem if the reply had one."""
+    reply, model, problem, turn_no = (
+        answered.reply,
+        answered.model,
+        answered.problem,
+        answered.turn_no,
+    )
+    usage = reply.usage
+    ctx.emit(
+        "agent.model.turn.completed",
+        {
+            "step_no": ctx.step_no,
+            "turn_no": turn_no,
+            "purpose": answered.purpose,
+            "model": model,
+            "tokens_in": reply.usage.tokens_in,
+            "tokens_out": reply.usage.tokens_out,
+            "cost_usd": str(answered.cost),
+            "latency_ms": answered.latency_ms,
+            "tool_calls": [c.name for c in reply.tool_calls],
+            "request_artifact_id": request_id,
+            "response_artifact_id": response_id,
+            "finish_reason": reply.finish_reason,
+            "usage_estimated": usage.estimated,
+            "problem": problem,
+            **({"reasoning_chars": len(reply.reasoning)} if reply.reasoning else {}),
+        },
+    )
+    if problem:
         ctx.emit(
-            "agent.model.turn.completed",
+            PROBLEM_EVENT,
             {
                 "step_no": ctx.step_no,
                 "turn_no": turn_no,
-                "purpose": purpose,
-                "model": model,
-                "tokens_in": reply.usage.tokens_in,
-                "tokens_out": reply.usage.tokens_out,
-                "cost_usd": str(cost),
-                "latency_ms": latency_ms,
-                "tool_calls": [c.name for c in reply.tool_calls],
-                "request_artifact_id": str(request.id),
-                "response_artifact_id": str(response.id),
-                "finish_reason": reply.finish_reason,
-                "usage_estimated": usage.estimated,
                 "problem": problem,
-                **({"reasoning_chars": len(reply.reasoning)} if reply.reasoning else {}),
+                "finish_reason": reply.finish_reason,
+                "tool_calls": [c.name[:64] for c in reply.tool_calls],
             },
         )
-        if problem:
-            ctx.emit(
-                PROBLEM_EVENT,
-                {
-                    "step_no": ctx.step_no,
-                    "turn_no": turn_no,
-                    "problem": problem,
-                    "finish_reason": reply.finish_reason,
-                    "tool_calls": [c.name[:64] for c in reply.tool_calls],
-                },
-            )
-
-    _answer_checkpoint(ctx, checkpoint, turn_no=turn_no)
-    ctx.run.cost_usd += cost
-    if problem:
-        # The reply that reaches the limit is the last one paid for: with a limit of 8,
-        # the 8th bad reply ends the run rather than buying a 9th.
-        budget_enforce(ctx, "model_errors", headroom=1)
-    return reply
