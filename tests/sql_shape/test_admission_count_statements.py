@@ -10,11 +10,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from runs.models import Run
-from runs.services import (
+from runs.services import admission_check
+from runs.services.admission import (
     _active_runs_count,
     _admission_counts,
     _admission_counts_sql,
-    admission_check,
 )
 from runs.state import ACTIVE
 from tests.factories import RepositoryFactory, TaskFactory, WorkspaceFactory

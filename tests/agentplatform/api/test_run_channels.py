@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.test import override_settings
 
-from agentplatform.api import notify
 from agentplatform.settings.services import _redis_database
 from jobs import relay
 
@@ -27,14 +27,16 @@ def test_the_channel_names_the_database_of_redis_url() -> None:
     assert _redis_database("unix:///run/redis.sock?db=5") == 5
     for db in (1, 2):
         with override_settings(RUN_CHANNEL_PREFIX=f"agent.db{db}.run."):
-            # The publishers (a request's commit, the relay) and the streams' hub agree.
-            assert notify.run_channel("r1") == relay.run_channel("r1") == f"agent.db{db}.run.r1"
+            # The publisher (the timeline, through the relay's name) and the streams' hub
+            # (which subscribes to the prefix) agree.
+            assert relay.run_channel("r1") == f"agent.db{db}.run.r1"
+            assert relay.run_channel("r1").startswith(settings.RUN_CHANNEL_PREFIX)
 
 
 @pytest.mark.no_services
 def test_processes_on_other_databases_of_one_server_use_other_channels() -> None:
     # What each process reads from its environment: the same server, two databases.
-    show = "from agentplatform.api import notify; print(notify.run_channel('r1'))"
+    show = "from jobs import relay; print(relay.run_channel('r1'))"
     channels = []
     for url in ("redis://127.0.0.1:6379/1", "redis://127.0.0.1:6379/2"):
         env = {**os.environ, "REDIS_URL": url, "CELERY_BROKER_URL": url}
