@@ -14,7 +14,7 @@ from jobs.durable import DurableTask
 
 
 @shared_task(
-    name="jobs.outbox_relay", base=DurableTask, ignore_result=True, reject_on_worker_lost=False
+    name=relay.OUTBOX_RELAY, base=DurableTask, ignore_result=True, reject_on_worker_lost=False
 )
 def outbox_relay() -> int:
     """Drain the outbox up to the rows committed when it caught up; if commits came
